@@ -1,0 +1,110 @@
+"""Exceptions, split by who raises them and who handles them.
+
+::
+
+    ToolkernelError                 caller-facing: the embedding program or the CLI handles it
+    ├── ConfigError                 toolkernel.toml is missing a key, has a bad value, …
+    ├── DefinitionError             a tool definition is invalid (names the field)
+    ├── LedgerError                 the audit ledger cannot be written or read
+    ├── SandboxUnavailable          bubblewrap cannot start here (modes that need it refused)
+    └── UsageError                  the API was used wrongly (developer misuse)
+
+    ToolSignal                      raised by a tool author inside a tool; becomes a result
+    ├── ToolFailed                  FAILED with a chosen code and safe message
+    └── ToolPartial                 PARTIAL: output is usable but incomplete
+
+Anything else raised inside a tool is caught at the one isolation boundary (the adapter
+call in ``dispatch``) and becomes ``FAILED/TOOL_ERROR``; its traceback goes to the
+ledger, never to the model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toolkernel.codes import ErrorCode
+
+__all__ = [
+    "ConfigError",
+    "DefinitionError",
+    "LedgerError",
+    "SandboxUnavailable",
+    "ToolFailed",
+    "ToolPartial",
+    "ToolSignal",
+    "ToolkernelError",
+    "UsageError",
+]
+
+
+class ToolkernelError(Exception):
+    """Base of every error the runtime raises to its caller."""
+
+
+class ConfigError(ToolkernelError):
+    """The configuration cannot be used; the message names the file and the key."""
+
+
+class DefinitionError(ToolkernelError):
+    """A tool definition is invalid; ``field`` names the offending field."""
+
+    def __init__(self, tool: str, field: str, problem: str) -> None:
+        self.tool = tool
+        self.field = field
+        self.problem = problem
+        where = f"{tool}: " if tool else ""
+        super().__init__(f"{where}field '{field}': {problem}")
+
+
+class LedgerError(ToolkernelError):
+    """The ledger could not record or read events; nothing is silently lost."""
+
+
+class SandboxUnavailable(ToolkernelError):
+    """The sandbox cannot start on this machine; ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"sandbox unavailable: {reason}")
+
+
+class UsageError(ToolkernelError):
+    """The runtime was called in a way its API does not allow."""
+
+
+class ToolSignal(Exception):
+    """Raised by tool code to shape its own result."""
+
+
+class ToolFailed(ToolSignal):
+    """The tool could not do its job; the model sees ``safe_message``.
+
+    Args:
+        safe_message: what the model may read; keep secrets and host paths out of it.
+        code: one of the FAILED codes of the taxonomy.
+        retryable: whether the same call may succeed later; defaults to the code's.
+        output: structured output to return alongside the failure.
+    """
+
+    def __init__(
+        self,
+        safe_message: str,
+        *,
+        code: ErrorCode = ErrorCode.TOOL_ERROR,
+        retryable: bool | None = None,
+        output: Any = None,
+    ) -> None:
+        super().__init__(safe_message)
+        self.safe_message = safe_message
+        self.code = code
+        self.retryable = retryable
+        self.output = output
+
+
+class ToolPartial(ToolSignal):
+    """The tool produced usable but incomplete output."""
+
+    def __init__(self, safe_message: str, *, output: Any = None) -> None:
+        super().__init__(safe_message)
+        self.safe_message = safe_message
+        self.output = output
