@@ -1,0 +1,34 @@
+"""The tamper-evident ledger: every tool call, recorded in a per-run hash chain.
+
+:class:`Ledger` is the interface; :class:`SqliteLedger` the embedded backend.
+"""
+
+from toolkernel.ledger.base import (
+    GENESIS_HASH,
+    Event,
+    EventType,
+    Ledger,
+    LedgerError,
+    NewEvent,
+    Problem,
+    ProblemKind,
+    RunSummary,
+    VerifyReport,
+    event_hash,
+)
+from toolkernel.ledger.sqlite import SqliteLedger
+
+__all__ = [
+    "GENESIS_HASH",
+    "Event",
+    "EventType",
+    "Ledger",
+    "LedgerError",
+    "NewEvent",
+    "Problem",
+    "ProblemKind",
+    "RunSummary",
+    "SqliteLedger",
+    "VerifyReport",
+    "event_hash",
+]

@@ -1,0 +1,279 @@
+"""The ledger's records and the interface every storage backend implements.
+
+The ledger is append-only. Per run, events carry a gap-free ``seq`` starting at 1, and
+each event's ``hash`` covers its own fields plus the previous event's hash
+(``prev_hash``; :data:`GENESIS_HASH` for ``seq`` 1). Editing, reordering or deleting a
+stored event therefore breaks the chain, and :meth:`Ledger.verify` says where. A
+per-run *head* (last ``seq`` and hash), written in the same transaction as the events,
+makes a deleted tail detectable too.
+
+The chain is unkeyed: it detects accidental damage and naive edits, not someone with
+write access who recomputes every hash and the head. Anchoring heads outside the
+database is what closes that gap.
+"""
+
+from __future__ import annotations
+
+import abc
+import json.encoder
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import TracebackType
+from typing import Any, Final, Literal, Self
+
+from toolkernel.canonical import sha256_hex, sha256_of
+from toolkernel.errors import LedgerError
+
+__all__ = [
+    "GENESIS_HASH",
+    "Event",
+    "EventType",
+    "Ledger",
+    "LedgerError",
+    "NewEvent",
+    "Problem",
+    "ProblemKind",
+    "RunSummary",
+    "VerifyReport",
+    "chained_hash",
+    "event_hash",
+]
+
+# The string encoder canonical JSON uses (ensure_ascii=False): same escapes, same bytes.
+_json_str: Final = json.encoder.encode_basestring
+
+GENESIS_HASH: Final = "sha256:" + "0" * 64
+"""The ``prev_hash`` of every run's first event."""
+
+
+class EventType(StrEnum):
+    """What an event records."""
+
+    TOOLS_EXPOSED = "TOOLS_EXPOSED"
+    TOOL_CALL_REQUEST = "TOOL_CALL_REQUEST"
+    TOOL_CALL_STARTED = "TOOL_CALL_STARTED"
+    TOOL_CALL_PROGRESS = "TOOL_CALL_PROGRESS"
+    TOOL_CALL_RESULT = "TOOL_CALL_RESULT"
+    APPROVAL_REQUESTED = "APPROVAL_REQUESTED"
+    APPROVAL_GRANTED = "APPROVAL_GRANTED"
+    APPROVAL_DENIED = "APPROVAL_DENIED"
+    REMOTE_TOOL_REJECTED = "REMOTE_TOOL_REJECTED"
+    REMOTE_TOOL_CHANGED = "REMOTE_TOOL_CHANGED"
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event the kernel asks the ledger to append.
+
+    Attributes:
+        type: What the event records.
+        payload: JSON-able data; stored as canonical JSON.
+        tool_call_id: The tool call the event belongs to, if any.
+        index_key: ``(tool name, idempotency key)``: makes the stored event findable
+            with :meth:`Ledger.find_indexed`. The first event stored under a key keeps
+            it.
+    """
+
+    type: EventType
+    payload: Mapping[str, Any]
+    tool_call_id: str | None = None
+    index_key: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A stored event.
+
+    Attributes:
+        run_id: The run the event belongs to.
+        seq: Position in the run, from 1, without gaps.
+        type: What the event records.
+        at: When it was appended: ISO-8601 UTC with microseconds
+            (``2026-11-29T19:20:01.123456Z``).
+        tool_call_id: The tool call the event belongs to, if any.
+        payload: The event's data, as decoded from its stored canonical JSON.
+        prev_hash: ``hash`` of the event before (``GENESIS_HASH`` for ``seq`` 1).
+        hash: :func:`event_hash` of the fields above.
+    """
+
+    run_id: str
+    seq: int
+    type: EventType
+    at: str
+    tool_call_id: str | None
+    payload: dict[str, Any]
+    prev_hash: str
+    hash: str
+
+
+def event_hash(
+    run_id: str,
+    seq: int,
+    type: str,
+    at: str,
+    tool_call_id: str | None,
+    payload: Mapping[str, Any],
+    prev_hash: str,
+) -> str:
+    """The chain hash of one event: ``sha256:<hex>`` of a canonical JSON object.
+
+    The object has the camelCase keys ``runId``, ``seq``, ``type``, ``at``,
+    ``toolCallId``, ``payload`` and ``prevHash``, so other implementations (the
+    PostgreSQL backend, an external verifier) can recompute it.
+    """
+    return sha256_of(
+        {
+            "runId": run_id,
+            "seq": seq,
+            "type": str(type),
+            "at": at,
+            "toolCallId": tool_call_id,
+            "payload": payload,
+            "prevHash": prev_hash,
+        }
+    )
+
+
+def chained_hash(
+    run_id: str,
+    seq: int,
+    type: str,
+    at: str,
+    tool_call_id: str | None,
+    payload_json: bytes,
+    prev_hash: str,
+) -> str:
+    """:func:`event_hash`, given the payload already as canonical JSON bytes.
+
+    Backends store the canonical payload anyway; splicing it in spares encoding the
+    payload a second time on every append. The key order below is the sorted order
+    canonical JSON prescribes, so the bytes are identical to :func:`event_hash`'s.
+    """
+    call = "null" if tool_call_id is None else _json_str(tool_call_id)
+    head = f'{{"at":{_json_str(at)},"payload":'
+    tail = (
+        f',"prevHash":{_json_str(prev_hash)},"runId":{_json_str(run_id)},"seq":{seq:d},'
+        f'"toolCallId":{call},"type":{_json_str(type)}}}'
+    )
+    return sha256_hex(head.encode() + payload_json + tail.encode())
+
+
+ProblemKind = Literal["hash_mismatch", "broken_link", "gap", "head_mismatch", "bad_payload"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One inconsistency :meth:`Ledger.verify` found.
+
+    Attributes:
+        run_id: The run it was found in.
+        seq: The event it concerns, or ``None`` when it concerns the run as a whole.
+        kind: ``hash_mismatch`` (an event's fields no longer match its hash),
+            ``broken_link`` (``prev_hash`` is not the previous event's hash), ``gap``
+            (a ``seq`` is missing), ``head_mismatch`` (the run's recorded head is not
+            its last event: a deleted tail or run) or ``bad_payload`` (a stored field
+            cannot be decoded).
+        detail: A sentence for the operator.
+    """
+
+    run_id: str
+    seq: int | None
+    kind: ProblemKind
+    detail: str
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """The outcome of :meth:`Ledger.verify`."""
+
+    runs_checked: int
+    events_checked: int
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Whether no problem was found."""
+        return not self.problems
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One run as :meth:`Ledger.runs` lists it."""
+
+    run_id: str
+    events: int
+    first_at: str
+    last_at: str
+
+
+class Ledger(abc.ABC):
+    """Append-only, hash-chained storage of events, per run.
+
+    Implementations are safe to call from several threads, and stay correct when other
+    processes append to the same storage. Use as a context manager, or call
+    :meth:`close`.
+    """
+
+    @abc.abstractmethod
+    def append(self, run_id: str, events: Sequence[NewEvent]) -> list[Event]:
+        """Append ``events`` to ``run_id``, atomically: all are stored, or none.
+
+        The events get contiguous ``seq`` numbers after the run's last event (from 1
+        for a new run), are chained in order, and share one timestamp.
+
+        Returns:
+            The stored events, in order.
+
+        Raises:
+            LedgerError: nothing was stored.
+        """
+
+    @abc.abstractmethod
+    def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
+        """The events of ``run_id`` with ``seq > after_seq``, in ``seq`` order.
+
+        An unknown run has no events.
+
+        Raises:
+            LedgerError: the events could not be read or decoded.
+        """
+
+    @abc.abstractmethod
+    def runs(self) -> list[RunSummary]:
+        """Every run that has events, oldest first.
+
+        Raises:
+            LedgerError: the runs could not be read.
+        """
+
+    @abc.abstractmethod
+    def find_indexed(self, tool_name: str, key: str) -> Event | None:
+        """The event stored under ``(tool_name, key)`` by :attr:`NewEvent.index_key`.
+
+        Raises:
+            LedgerError: the event could not be read or decoded.
+        """
+
+    @abc.abstractmethod
+    def verify(self, run_id: str | None = None) -> VerifyReport:
+        """Check the chain of one run, or of every run; tampering shows as problems.
+
+        Raises:
+            LedgerError: the storage could not be read at all.
+        """
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the storage. Closing twice is harmless."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,477 @@
+"""The embedded ledger: one SQLite file in WAL mode.
+
+Durability is chosen per file with ``synchronous``: ``"normal"`` (in WAL mode a
+committed append survives an application crash, but the last commits may be lost on a
+power failure or OS crash) or ``"full"`` (commits also survive power loss, at the cost
+of an fsync per append).
+
+Several processes may append to the same file, even to the same run. Each append
+takes SQLite's write lock up front (``BEGIN IMMEDIATE``), so the run's head it chains
+onto cannot move while it writes. The head is cached per run to spare a read on every
+append; the cached head is only trusted if the conditional head update matches it,
+otherwise it is reloaded within the same transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from toolkernel.canonical import canonical_json
+from toolkernel.ledger.base import (
+    GENESIS_HASH,
+    Event,
+    EventType,
+    Ledger,
+    LedgerError,
+    NewEvent,
+    Problem,
+    ProblemKind,
+    RunSummary,
+    VerifyReport,
+    chained_hash,
+)
+
+__all__ = ["SqliteLedger"]
+
+SCHEMA_VERSION: Final = 1
+# Waiting this long for another process's write lock is abnormal; past it, fail loudly.
+_BUSY_TIMEOUT_S: Final = 10.0
+
+_SCHEMA: Final = (
+    """CREATE TABLE IF NOT EXISTS schema_version (
+        version INTEGER PRIMARY KEY,
+        applied_at TEXT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS events (
+        run_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        type TEXT NOT NULL,
+        at TEXT NOT NULL,
+        tool_call_id TEXT,
+        payload TEXT NOT NULL,
+        prev_hash TEXT NOT NULL,
+        hash TEXT NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    ) WITHOUT ROWID""",
+    # One row per run, written with its events: a deleted tail shows as a head that
+    # points past the last stored event.
+    """CREATE TABLE IF NOT EXISTS heads (
+        run_id TEXT PRIMARY KEY,
+        seq INTEGER NOT NULL,
+        hash TEXT NOT NULL
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS idempotency (
+        tool_name TEXT NOT NULL,
+        key TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        PRIMARY KEY (tool_name, key)
+    ) WITHOUT ROWID""",
+)
+
+# Every statement is a constant, so sqlite3's statement cache prepares each only once.
+_INSERT_EVENT: Final = (
+    "INSERT INTO events (run_id, seq, type, at, tool_call_id, payload, prev_hash, hash) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_SELECT_EVENTS: Final = (
+    "SELECT run_id, seq, type, at, tool_call_id, payload, prev_hash, hash FROM events "
+    "WHERE run_id = ? AND seq > ? ORDER BY seq"
+)
+_SELECT_ALL_EVENTS: Final = (
+    "SELECT run_id, seq, type, at, tool_call_id, payload, prev_hash, hash FROM events "
+    "ORDER BY run_id, seq"
+)
+_SELECT_RUN_EVENTS: Final = (
+    "SELECT run_id, seq, type, at, tool_call_id, payload, prev_hash, hash FROM events "
+    "WHERE run_id = ? ORDER BY run_id, seq"
+)
+_SELECT_HEADS: Final = "SELECT run_id, seq, hash FROM heads"
+_SELECT_RUN_HEAD: Final = "SELECT run_id, seq, hash FROM heads WHERE run_id = ?"
+_SELECT_RUNS: Final = (
+    "SELECT run_id, count(*), min(at), max(at) FROM events GROUP BY run_id ORDER BY min(at), run_id"
+)
+_INSERT_HEAD: Final = (
+    "INSERT INTO heads (run_id, seq, hash) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"
+)
+_ADVANCE_HEAD: Final = (
+    "UPDATE heads SET seq = ?, hash = ? WHERE run_id = ? AND seq = ? AND hash = ?"
+)
+_SELECT_HEAD: Final = "SELECT seq, hash FROM heads WHERE run_id = ?"
+_SELECT_INDEXED: Final = (
+    "SELECT e.run_id, e.seq, e.type, e.at, e.tool_call_id, e.payload, e.prev_hash, e.hash "
+    "FROM idempotency AS i JOIN events AS e ON e.run_id = i.run_id AND e.seq = i.seq "
+    "WHERE i.tool_name = ? AND i.key = ?"
+)
+_INSERT_INDEX: Final = (
+    "INSERT INTO idempotency (tool_name, key, run_id, seq) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT DO NOTHING"
+)
+
+_TYPES: Final = frozenset(t.value for t in EventType)
+
+_Head = tuple[int, str]
+# (type, tool_call_id, canonical payload, index_key) of an event about to be stored.
+_Prepared = tuple[EventType, str | None, bytes, tuple[str, str] | None]
+
+
+class SqliteLedger(Ledger):
+    """A ledger stored in one SQLite file, created with its directories on first use.
+
+    New directories get mode 0o700 and a new database file 0o600 (SQLite gives its WAL
+    and shared-memory files the database file's mode).
+
+    Args:
+        path: The database file.
+        synchronous: ``"normal"`` survives an application crash; ``"full"`` also
+            survives power loss, at the cost of an fsync per append.
+
+    Raises:
+        LedgerError: the file could not be created or opened, or was written by a newer
+            schema version.
+    """
+
+    def __init__(self, path: Path, *, synchronous: Literal["normal", "full"] = "normal") -> None:
+        if synchronous not in ("normal", "full"):
+            raise ValueError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
+        self._path = Path(path)
+        self._lock = threading.Lock()
+        self._heads: dict[str, _Head] = {}
+        with self._translate("open"):
+            self._conn: sqlite3.Connection | None = _open(self._path, synchronous)
+
+    @property
+    def path(self) -> Path:
+        """The database file."""
+        return self._path
+
+    def append(self, run_id: str, events: Sequence[NewEvent]) -> list[Event]:
+        """Append ``events`` to ``run_id``, atomically: all are stored, or none.
+
+        Returns:
+            The stored events, in order.
+
+        Raises:
+            LedgerError: nothing was stored (I/O error, lock timeout, or a run whose
+                stored events and head disagree; :meth:`verify` shows why).
+            TypeError: a payload is not JSON-able; nothing was stored.
+            ValueError: a payload holds NaN or Infinity, or a type is not an
+                :class:`EventType`; nothing was stored.
+        """
+        if not events:
+            return []
+        # Encode before taking any lock, so a bad payload fails without touching the file.
+        prepared = [
+            (EventType(e.type), e.tool_call_id, canonical_json(e.payload), e.index_key)
+            for e in events
+        ]
+        at = _utc_now()
+        with self._lock:
+            conn = self._live()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                rows = self._insert(conn, run_id, at, prepared)
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                # Whatever interrupted us, leave no half-written transaction behind;
+                # the cache was not touched yet, so it stays right.
+                _rollback(conn)
+                if isinstance(exc, sqlite3.Error | OSError):
+                    raise LedgerError(
+                        f"could not append to run {run_id!r} in {self._path}: {exc}"
+                    ) from exc
+                raise
+            self._heads[run_id] = (rows[-1][1], rows[-1][7])
+        return [_event(row) for row in rows]
+
+    def _insert(
+        self, conn: sqlite3.Connection, run_id: str, at: str, prepared: list[_Prepared]
+    ) -> list[tuple[Any, ...]]:
+        head = self._heads.get(run_id)
+        if head is None:
+            head = _load_head(conn, run_id)
+        rows = _chain(run_id, at, prepared, head)
+        if not _advance_head(conn, run_id, head, rows[-1]):
+            # Another connection appended since we cached the head. We hold the write
+            # lock now, so the reloaded head cannot move again.
+            head = _load_head(conn, run_id)
+            rows = _chain(run_id, at, prepared, head)
+            if not _advance_head(conn, run_id, head, rows[-1]):
+                raise LedgerError(f"the head of run {run_id!r} moved under the write lock")
+        try:
+            if len(rows) == 1:
+                conn.execute(_INSERT_EVENT, rows[0])
+            else:
+                conn.executemany(_INSERT_EVENT, rows)
+        except sqlite3.IntegrityError as exc:
+            self._heads.pop(run_id, None)
+            raise LedgerError(
+                f"run {run_id!r} in {self._path}: stored events and head disagree "
+                f"(seq {head[0] + 1} already exists); verify the ledger"
+            ) from exc
+        index = [(*p[3], run_id, row[1]) for p, row in zip(prepared, rows, strict=True) if p[3]]
+        if index:
+            conn.executemany(_INSERT_INDEX, index)
+        return rows
+
+    def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
+        """The events of ``run_id`` with ``seq > after_seq``, in ``seq`` order.
+
+        Raises:
+            LedgerError: the events could not be read or decoded.
+        """
+        with self._lock, self._translate("read"):
+            rows = self._live().execute(_SELECT_EVENTS, (run_id, after_seq))
+            return [_event(row) for row in rows]
+
+    def runs(self) -> list[RunSummary]:
+        """Every run that has events, by first event time.
+
+        Raises:
+            LedgerError: the runs could not be read.
+        """
+        with self._lock, self._translate("read"):
+            rows = self._live().execute(_SELECT_RUNS)
+            return [RunSummary(*row) for row in rows]
+
+    def find_indexed(self, tool_name: str, key: str) -> Event | None:
+        """The event stored under ``(tool_name, key)``, or ``None``.
+
+        Raises:
+            LedgerError: the event could not be read or decoded.
+        """
+        with self._lock, self._translate("read"):
+            row = self._live().execute(_SELECT_INDEXED, (tool_name, key)).fetchone()
+            return None if row is None else _event(row)
+
+    def verify(self, run_id: str | None = None) -> VerifyReport:
+        """Check the chain and head of one run, or of every run.
+
+        Raises:
+            LedgerError: the file could not be read.
+        """
+        params: tuple[str, ...]
+        if run_id is None:
+            heads_sql, events_sql, params = _SELECT_HEADS, _SELECT_ALL_EVENTS, ()
+        else:
+            heads_sql, events_sql, params = _SELECT_RUN_HEAD, _SELECT_RUN_EVENTS, (run_id,)
+        with self._lock, self._translate("verify"):
+            conn = self._live()
+            # One read transaction, so events and heads are seen at the same instant
+            # even while other processes append.
+            conn.execute("BEGIN")
+            try:
+                heads = {r: (s, h) for r, s, h in conn.execute(heads_sql, params)}
+                rows = conn.execute(events_sql, params)
+                return _Verifier(heads).run(rows)
+            finally:
+                _rollback(conn)
+
+    def close(self) -> None:
+        """Close the database connection. Closing twice is harmless."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+            self._heads.clear()
+            if conn is not None:
+                with self._translate("close"):
+                    conn.close()
+
+    def _live(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise LedgerError(f"the ledger at {self._path} is closed")
+        return self._conn
+
+    @contextmanager
+    def _translate(self, action: str) -> Iterator[None]:
+        try:
+            yield
+        except (sqlite3.Error, OSError) as exc:
+            raise LedgerError(f"could not {action} the ledger at {self._path}: {exc}") from exc
+
+
+class _Verifier:
+    """Walks events in (run_id, seq) order and collects problems."""
+
+    def __init__(self, heads: dict[str, _Head]) -> None:
+        self.heads = heads
+        self.problems: list[Problem] = []
+        self.runs = 0
+        self.events = 0
+
+    def run(self, rows: Iterable[tuple[Any, ...]]) -> VerifyReport:
+        current: str | None = None
+        expected, prev, last = 1, GENESIS_HASH, (0, GENESIS_HASH)
+        for row in rows:
+            run_id, seq, _, _, _, _, prev_hash, stored = row
+            if run_id != current:
+                if current is not None:
+                    self._check_head(current, last)
+                current, expected, prev = run_id, 1, GENESIS_HASH
+                self.runs += 1
+            self.events += 1
+            if seq != expected:
+                self._add(run_id, seq, "gap", f"expected seq {expected}, found seq {seq}")
+            elif prev_hash != prev:
+                self._add(run_id, seq, "broken_link", "prev_hash is not the previous hash")
+            self._check_event(row)
+            expected, prev, last = seq + 1, stored, (seq, stored)
+        if current is not None:
+            self._check_head(current, last)
+        for run_id, (seq, _) in sorted(self.heads.items()):
+            self.runs += 1
+            self._add(run_id, None, "head_mismatch", f"head records seq {seq}, no events")
+        return VerifyReport(self.runs, self.events, self.problems)
+
+    def _check_event(self, row: tuple[Any, ...]) -> None:
+        run_id, seq, type_, at, tool_call_id, text, prev_hash, stored = row
+        if type_ not in _TYPES:
+            self._add(run_id, seq, "bad_payload", f"unknown event type {type_!r}")
+        try:
+            payload = json.loads(text)
+            canonical = canonical_json(payload)
+        except (TypeError, ValueError) as exc:
+            self._add(run_id, seq, "bad_payload", f"payload is not JSON: {exc}")
+            return
+        if not isinstance(payload, dict) or canonical.decode() != text:
+            self._add(run_id, seq, "bad_payload", "payload is not a canonical JSON object")
+        computed = chained_hash(run_id, seq, type_, at, tool_call_id, canonical, prev_hash)
+        if computed != stored:
+            self._add(run_id, seq, "hash_mismatch", "stored fields do not match the hash")
+
+    def _check_head(self, run_id: str, last: _Head) -> None:
+        head = self.heads.pop(run_id, None)
+        if head is None:
+            self._add(run_id, None, "head_mismatch", "no head recorded for the run")
+        elif head != last:
+            self._add(
+                run_id,
+                None,
+                "head_mismatch",
+                f"head records seq {head[0]}, last stored event is seq {last[0]}"
+                + ("" if head[0] != last[0] else " with another hash"),
+            )
+
+    def _add(self, run_id: str, seq: int | None, kind: ProblemKind, detail: str) -> None:
+        self.problems.append(Problem(run_id, seq, kind, detail))
+
+
+def _open(path: Path, synchronous: str) -> sqlite3.Connection:
+    _make_parents(path.parent)
+    # Create the file ourselves so it gets 0o600; SQLite would use 0o644.
+    os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+    # Autocommit mode: transactions are begun and ended explicitly below, so that
+    # appends can take the write lock up front with BEGIN IMMEDIATE.
+    conn = sqlite3.connect(
+        path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+    )
+    try:
+        _configure(conn, path, synchronous)
+        _migrate(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _configure(conn: sqlite3.Connection, path: Path, synchronous: str) -> None:
+    mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    if mode != "wal":
+        raise LedgerError(f"the ledger at {path} cannot use WAL mode (got {mode!r})")
+    conn.execute(
+        "PRAGMA synchronous=FULL" if synchronous == "full" else "PRAGMA synchronous=NORMAL"
+    )
+
+
+def _make_parents(directory: Path) -> None:
+    missing = []
+    while not directory.exists():
+        missing.append(directory)
+        directory = directory.parent
+    for new in reversed(missing):
+        new.mkdir(mode=0o700, exist_ok=True)
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in _SCHEMA:
+            conn.execute(statement)
+        _stamp_version(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        _rollback(conn)
+        raise
+
+
+def _stamp_version(conn: sqlite3.Connection) -> None:
+    # Migrations to later versions go here, each recorded with its own row.
+    version = conn.execute("SELECT max(version) FROM schema_version").fetchone()[0]
+    if version is None:
+        conn.execute(
+            "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
+            (SCHEMA_VERSION, _utc_now()),
+        )
+    elif version > SCHEMA_VERSION:
+        raise LedgerError(
+            f"the ledger has schema version {version}; this toolkernel knows up to {SCHEMA_VERSION}"
+        )
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    # Called while another exception propagates: a failing rollback must not replace
+    # it, and SQLite has already rolled back after the errors that make ROLLBACK fail.
+    if conn.in_transaction:
+        with suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+
+
+def _load_head(conn: sqlite3.Connection, run_id: str) -> _Head:
+    row = conn.execute(_SELECT_HEAD, (run_id,)).fetchone()
+    return (0, GENESIS_HASH) if row is None else (row[0], row[1])
+
+
+def _advance_head(
+    conn: sqlite3.Connection, run_id: str, head: _Head, last: tuple[Any, ...]
+) -> bool:
+    """Move the run's head from ``head`` to ``last``; False if ``head`` is stale."""
+    if head[0] == 0:
+        cursor = conn.execute(_INSERT_HEAD, (run_id, last[1], last[7]))
+    else:
+        cursor = conn.execute(_ADVANCE_HEAD, (last[1], last[7], run_id, head[0], head[1]))
+    return cursor.rowcount == 1
+
+
+def _chain(run_id: str, at: str, prepared: list[_Prepared], head: _Head) -> list[tuple[Any, ...]]:
+    """The rows to insert, in the events table's column order, chained onto ``head``."""
+    seq, prev = head
+    rows = []
+    for type_, tool_call_id, payload, _ in prepared:
+        seq += 1
+        digest = chained_hash(run_id, seq, type_, at, tool_call_id, payload, prev)
+        rows.append((run_id, seq, type_, at, tool_call_id, payload.decode(), prev, digest))
+        prev = digest
+    return rows
+
+
+def _event(row: tuple[Any, ...]) -> Event:
+    run_id, seq, type_, at, tool_call_id, payload, prev_hash, digest = row
+    try:
+        return Event(
+            run_id, seq, EventType(type_), at, tool_call_id, json.loads(payload), prev_hash, digest
+        )
+    except ValueError as exc:
+        raise LedgerError(
+            f"event {seq} of run {run_id!r} cannot be decoded ({exc}); verify the ledger"
+        ) from exc
+
+
+def _utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")[:-6] + "Z"
