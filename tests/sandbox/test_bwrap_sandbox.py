@@ -1,0 +1,289 @@
+"""Isolation properties of the bubblewrap sandbox, checked against the real binary.
+
+Each test runs a probe command inside the sandbox and asserts on what it could see or
+do; where a property could silently pass for the wrong reason, a control run with the
+permission granted shows the probe would have detected the breach.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import tempfile
+import textwrap
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from toolkernel.sandbox import (
+    ProcessOutcome,
+    SandboxLimits,
+    SandboxSpec,
+    SandboxUnavailable,
+    find_bwrap,
+    probe,
+    run_sandboxed,
+)
+
+BASE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+
+
+@pytest.fixture(scope="module")
+def bwrap() -> Path:
+    # No skip: a machine where the sandbox cannot start must fail these tests loudly.
+    path = find_bwrap()
+    probe(path)
+    return path
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "README.md").write_text("hello\n")
+    return ws
+
+
+def run(
+    bwrap: Path,
+    argv: Sequence[str],
+    workspace: Path,
+    *,
+    writable: bool = False,
+    network: bool = False,
+    env: Mapping[str, str] = BASE_ENV,
+    limits: SandboxLimits | None = None,
+    timeout_s: float = 30,
+) -> tuple[ProcessOutcome, str]:
+    spec = SandboxSpec(
+        workspace=workspace,
+        writable=writable,
+        network=network,
+        env=env,
+        limits=limits or SandboxLimits(),
+    )
+    output_dir = workspace.parent / f"out-{uuid.uuid4().hex}"
+
+    async def main() -> ProcessOutcome:
+        with anyio.fail_after(timeout_s + 10):
+            return await run_sandboxed(
+                argv, spec, bwrap=bwrap, timeout_s=timeout_s, output_dir=output_dir
+            )
+
+    outcome = anyio.run(main)
+    return outcome, outcome.stdout_path.read_text()
+
+
+def run_python(bwrap: Path, code: str, workspace: Path, **options: Any) -> Any:
+    outcome, stdout = run(bwrap, ["python3", "-c", textwrap.dedent(code)], workspace, **options)
+    assert outcome.exit_code == 0, outcome.stderr_path.read_text()
+    return json.loads(stdout)
+
+
+CONNECT = """
+    import json, socket, sys
+    results = {}
+    for host, port in json.loads(sys.argv[1]):
+        try:
+            socket.create_connection((host, port), timeout=3).close()
+            results[f"{host}:{port}"] = "connected"
+        except OSError as exc:
+            results[f"{host}:{port}"] = type(exc).__name__
+    print(json.dumps(results))
+"""
+
+
+@pytest.fixture
+def host_listener() -> Iterator[int]:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        yield server.getsockname()[1]
+
+
+def _connect_results(bwrap: Path, workspace: Path, targets: list[Any], **options: Any) -> Any:
+    argv = ["python3", "-c", textwrap.dedent(CONNECT), json.dumps(targets)]
+    outcome, stdout = run(bwrap, argv, workspace, **options)
+    assert outcome.exit_code == 0, outcome.stderr_path.read_text()
+    return json.loads(stdout)
+
+
+def test_no_address_is_reachable_when_network_is_denied(
+    bwrap: Path, workspace: Path, host_listener: int
+) -> None:
+    targets = [["127.0.0.1", host_listener], ["1.1.1.1", 53], ["10.0.0.1", 80], ["::1", 22]]
+    results = _connect_results(bwrap, workspace, targets)
+    assert "connected" not in results.values(), results
+
+
+def test_host_loopback_is_reachable_when_network_is_allowed(
+    bwrap: Path, workspace: Path, host_listener: int
+) -> None:
+    # The control for the test above: the probe does detect a shared network.
+    results = _connect_results(bwrap, workspace, [["127.0.0.1", host_listener]], network=True)
+    assert results == {f"127.0.0.1:{host_listener}": "connected"}
+
+
+WRITE_ATTEMPTS = """
+    import json, sys
+    written = []
+    for target in sys.argv[1:]:
+        try:
+            with open(target, "w") as handle:
+                handle.write("x")
+            written.append(target)
+        except OSError:
+            pass
+    print(json.dumps(written))
+"""
+
+
+def _writes(bwrap: Path, workspace: Path, targets: list[str], *, writable: bool) -> Any:
+    argv = ["python3", "-c", textwrap.dedent(WRITE_ATTEMPTS), *targets]
+    outcome, stdout = run(bwrap, argv, workspace, writable=writable)
+    assert outcome.exit_code == 0, outcome.stderr_path.read_text()
+    return json.loads(stdout)
+
+
+@pytest.fixture
+def var_tmp() -> Iterator[Path]:
+    # Outside /tmp, so nothing around the workspace is shadowed by the private /tmp.
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as root:
+        yield Path(root)
+
+
+def test_writing_outside_the_workspace_fails(bwrap: Path, var_tmp: Path) -> None:
+    workspace = var_tmp / "ws"
+    outside = var_tmp / "outside"
+    workspace.mkdir()
+    outside.mkdir()
+    targets = [
+        str(outside / "escaped.txt"),
+        str(var_tmp / "sibling.txt"),
+        "/etc/escaped.txt",
+        "/usr/escaped.txt",
+        "/escaped.txt",
+        str(Path.home() / "escaped.txt"),
+    ]
+    assert _writes(bwrap, workspace, targets, writable=True) == []
+    assert not (outside / "escaped.txt").exists()
+    assert not (var_tmp / "sibling.txt").exists()
+
+
+def test_writes_beside_a_workspace_under_tmp_stay_in_the_private_tmp(
+    bwrap: Path, workspace: Path
+) -> None:
+    sibling = workspace.parent / "sibling.txt"
+    assert _writes(bwrap, workspace, [str(sibling)], writable=True) == [str(sibling)]
+    assert not sibling.exists()
+
+
+def test_read_only_workspace_rejects_writes(bwrap: Path, workspace: Path) -> None:
+    targets = [str(workspace / "new.txt"), str(workspace / "README.md")]
+    assert _writes(bwrap, workspace, targets, writable=False) == []
+    assert (workspace / "README.md").read_text() == "hello\n"
+
+
+def test_writable_workspace_accepts_writes(bwrap: Path, workspace: Path) -> None:
+    target = workspace / "new.txt"
+    assert _writes(bwrap, workspace, [str(target)], writable=True) == [str(target)]
+    assert target.read_text() == "x"
+
+
+def test_host_processes_are_invisible(bwrap: Path, workspace: Path) -> None:
+    pids = run_python(
+        bwrap,
+        "import json, os; print(json.dumps([int(p) for p in os.listdir('/proc') if p.isdigit()]))",
+        workspace,
+    )
+    # bubblewrap's init is 1, the command 2; nothing of the host appears.
+    assert os.getpid() not in pids
+    assert os.getppid() not in pids
+    assert set(pids) <= {1, 2, 3}
+
+
+def test_environment_holds_only_the_allow_list(
+    bwrap: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    canary = f"canary-{uuid.uuid4().hex}"
+    monkeypatch.setenv("TOOLKERNEL_TEST_CANARY_SECRET", canary)
+    outcome, stdout = run(bwrap, ["env"], workspace, env={**BASE_ENV, "ALLOWED": "yes"})
+    assert outcome.exit_code == 0
+    names = {line.partition("=")[0] for line in stdout.splitlines()}
+    assert canary not in stdout
+    # bubblewrap sets PWD after --chdir; everything else is exactly what we passed.
+    assert names == {*BASE_ENV, "ALLOWED", "PWD"}
+
+
+def test_tmp_is_private(bwrap: Path, workspace: Path) -> None:
+    with tempfile.NamedTemporaryFile(dir="/tmp", prefix="toolkernel-host-") as host_file:
+        inside_name = f"/tmp/toolkernel-inside-{uuid.uuid4().hex}"
+        seen = run_python(
+            bwrap,
+            f"""
+            import json, os
+            visible = os.path.exists({host_file.name!r})
+            open({inside_name!r}, "w").write("x")
+            print(json.dumps(visible))
+            """,
+            workspace,
+        )
+        assert seen is False
+    assert not Path(inside_name).exists()
+
+
+def test_the_runtime_virtualenv_interpreter_works_inside(bwrap: Path, workspace: Path) -> None:
+    argv = [sys.executable, "-c", "import anyio, sys, json; print(json.dumps(sys.prefix))"]
+    outcome, stdout = run(bwrap, argv, workspace, env={"PATH": "/usr/bin:/bin"})
+    assert outcome.exit_code == 0, outcome.stderr_path.read_text()
+    assert json.loads(stdout) == sys.prefix
+
+
+def test_rlimits_reach_the_command(bwrap: Path, workspace: Path) -> None:
+    limits = SandboxLimits(cpu_seconds=7, memory_bytes=512 * 1024**2, file_size_bytes=1024**2)
+    got = run_python(
+        bwrap,
+        """
+        import json, resource as r
+        kinds = (r.RLIMIT_CPU, r.RLIMIT_AS, r.RLIMIT_NPROC, r.RLIMIT_FSIZE, r.RLIMIT_CORE)
+        print(json.dumps([r.getrlimit(k)[0] for k in kinds]))
+        """,
+        workspace,
+        limits=limits,
+    )
+    assert got == [7, 512 * 1024**2, limits.max_processes, 1024**2, 0]
+
+
+def test_file_size_limit_stops_a_large_write(bwrap: Path, workspace: Path) -> None:
+    limits = SandboxLimits(file_size_bytes=1024**2)
+    argv = ["sh", "-c", f"head -c 4M /dev/zero > {workspace}/big"]
+    outcome, _ = run(bwrap, argv, workspace, writable=True, limits=limits)
+    assert outcome.exit_code != 0
+    assert (workspace / "big").stat().st_size <= 1024**2
+
+
+def test_missing_bwrap_is_unavailable_with_a_reason() -> None:
+    with pytest.raises(SandboxUnavailable) as caught:
+        find_bwrap("/nonexistent/bwrap")
+    assert "/nonexistent/bwrap" in caught.value.reason
+
+
+def test_a_bwrap_that_cannot_start_is_unavailable_with_a_reason(tmp_path: Path) -> None:
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    with pytest.raises(SandboxUnavailable) as caught:
+        probe(fake)
+    assert caught.value.reason == (
+        "user namespaces are not available: bwrap: No permissions to create new namespace"
+    )
+
+
+def test_a_nonexistent_bwrap_path_fails_the_probe() -> None:
+    with pytest.raises(SandboxUnavailable) as caught:
+        probe(Path("/nonexistent/bwrap"))
+    assert caught.value.reason
