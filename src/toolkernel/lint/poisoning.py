@@ -1,0 +1,552 @@
+"""Tool-poisoning rules (``P1xx``), from seed section 18.
+
+A tool definition is text the model reads and may obey, so every string a model sees
+(name, title, description, every ``title``/``description`` in the schemas, enum values,
+defaults, examples and property names) is scanned for signs that it addresses the model
+rather than describing the tool.
+
+The patterns are general phrasings of each attack, not copies of known samples. Benign
+descriptions also speak to the model ("IMPORTANT: always use absolute paths", "call
+this function first"), so imperative tone alone is never an error; an error needs
+something a benign tool has no reason to say: overriding earlier instructions, hiding
+an action from the user, reaching for credentials, sending data to a literal address,
+changing how *other* tools are called, or content a human reviewer cannot see.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from toolkernel.lint.findings import Finding, Severity
+from toolkernel.lint.loaders import ToolView
+from toolkernel.lint.schemas import iter_properties, iter_texts, types_of
+
+__all__ = ["check_poisoning", "scan_text"]
+
+_QUOTE_LIMIT: Final = 60
+
+
+def _gap(n: int) -> str:
+    # Up to n characters inside one sentence; a dot followed by a non-space (a file
+    # name, ``mail.send``) does not end the sentence.
+    return rf"(?:[^.!?;]|[.!?](?=\S)){{0,{n}}}?"
+
+
+def _rx(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern, re.IGNORECASE)
+
+
+_EMAIL: Final = r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
+_URL: Final = r"https?://[^\s\"'`<>)]+"
+# A tool reference other than "this tool": a quoted identifier, or a snake/dotted name.
+_TOOL_REF: Final = r"(?:[`'\"][\w.-]+[`'\"]|\b[a-z]\w*[._]\w+\b)"
+_USER: Final = r"(?:the |a |any )?(?:user|human|operator|recipient)s?\b"
+
+
+@dataclass(frozen=True, slots=True)
+class _Pattern:
+    rule: str
+    severity: Severity
+    regex: re.Pattern[str]
+    what: str
+
+
+_E = Severity.ERROR
+_W = Severity.WARNING
+
+_PATTERNS: Final[tuple[_Pattern, ...]] = (
+    # P101: the text tries to steer the model against its user or its instructions.
+    _Pattern(
+        "P101",
+        _E,
+        _rx(
+            r"\b(?:ignore|disregard|forget|override|bypass)\b"
+            + _gap(30)
+            + r"\b(?:previous|prior|above|earlier|preceding|original|system|safety|security)\b"
+            + _gap(20)
+            + r"\b(?:instructions?|prompts?|rules|guidelines|directives|guardrails|policies)\b"
+        ),
+        "asks the model to override its instructions",
+    ),
+    _Pattern(
+        "P101",
+        _E,
+        _rx(
+            r"\b(?:do not|don'?t|never|without)\s+"
+            + _gap(15)
+            + r"\b(?:tell|telling|inform|informing|mention|mentioning|notify|notifying|"
+            r"reveal|revealing|disclose|disclosing|alert|alerting)\b" + _gap(25) + r"\b" + _USER
+        ),
+        "tells the model to keep something from the user",
+    ),
+    _Pattern(
+        "P101",
+        _E,
+        _rx(
+            r"\b(?:user|human)s?\b"
+            + _gap(20)
+            + r"\b(?:must|should|need|needs|will|does|do|can)\s*(?:not|never|n't)\s+"
+            + _gap(10)
+            + r"\b(?:know|see|notice|be told|be informed|find out|learn)\b"
+        ),
+        "says the user must not know or see something",
+    ),
+    _Pattern(
+        "P101",
+        _E,
+        _rx(
+            r"\bnot\s+(?:an?\s+|something\s+)?(?:\w+\s+){0,2}(?:that\s+)?(?:needs?|has|have)\s+to\s+"
+            r"be\s+(?:discussed|mentioned|shown|disclosed|reported|explained|confirmed)"
+        ),
+        "tells the model not to discuss an action",
+    ),
+    _Pattern(
+        "P101",
+        _E,
+        _rx(
+            r"\b(?:hidden|hide|conceal(?:ed)?|invisible|secretly|silently|quietly)\b"
+            + _gap(30)
+            + r"\b(?:from|to)\s+"
+            + _USER
+        ),
+        "hides something from the user",
+    ),
+    _Pattern(
+        "P101",
+        _E,
+        _rx(
+            r"\b(?:strip(?:ped|s)?|remov(?:ed|es)|hidden|filtered)\b"
+            + _gap(50)
+            + r"\bbefore\b"
+            + _gap(20)
+            + r"\b(?:reach(?:es)?|sees?|shown|displayed|visible)\b"
+            + _gap(10)
+            + r"\b"
+            + _USER
+            + r"|\b"
+            + _USER
+            + _gap(10)
+            + r"\b(?:never|won'?t|will not|does not|doesn'?t)\s+(?:see|notice|know)\b"
+        ),
+        "says something is removed before the user can see it",
+    ),
+    _Pattern(
+        "P101",
+        _E,
+        _rx(
+            r"\b(?:message|note|instructions?|request|order)s?\s+from\s+(?:the\s+|your\s+)?"
+            r"(?:user|developer|administrator|admin|system|operator|owner)\b"
+            r"|\bI\s+am\s+(?:the|your)\s+(?:user|developer|admin|administrator|owner|operator)\b"
+            r"|\bsigned,?\s+(?:by\s+)?(?:the\s+)?(?:user|admin|administrator|developer)\b"
+            r"|\bnew\s+(?:user\s+)?(?:query|task|instructions?)\s*:"
+        ),
+        "impersonates the user or the system",
+    ),
+    _Pattern(
+        "P101",
+        _E,
+        _rx(
+            r"\bbefore\s+(?:you\s+)?(?:can\s+|do\s+|start\s+|begin\s+)?"
+            r"(?:solv|answer|respond|complet|continu|proceed|perform|handl|work)\w*\s+"
+            + _gap(20)
+            + r"\b(?:the|your|any|this|my)\b"
+            + _gap(15)
+            + r"\b(?:task|request|question|query|job)\b"
+            r"|\b(?:do|perform|complete|execute|carry out)\s+the\s+following\s+"
+            r"(?:steps?\s+|actions?\s+|tasks?\s+)?first\b"
+            r"|\btask\s+(?:that\s+)?(?:I|the user)\s+gave\s+you\b"
+        ),
+        "tells the model to do something else before the user's task",
+    ),
+    # P102: credentials and other applications' configuration.
+    _Pattern(
+        "P102",
+        _E,
+        _rx(
+            r"~/\.ssh\b|\.ssh/|\bid_(?:rsa|dsa|ecdsa|ed25519)\b|\bauthorized_keys\b|"
+            r"\bssh-(?:rsa|ed25519|dss)\s+AAAA|~/\.aws\b|\.aws/credentials|\.netrc\b|"
+            r"\.npmrc\b|\.pypirc\b|\.git-credentials\b|\.docker/config\.json|\.kube/config|"
+            r"/etc/(?:passwd|shadow)\b|\bmcp\.json\b|claude_desktop_config|\.cursor/|"
+            r"\.gnupg\b|\bkeychain\b|\bwallet\.dat\b"
+        ),
+        "refers to credential or other apps' configuration files",
+    ),
+    _Pattern(
+        "P102",
+        _E,
+        _rx(
+            r"\b(?:read|cat|dump|extract|collect|gather|harvest|steal|exfiltrate|leak|reveal|"
+            r"include|attach|append|embed|send|forward|upload|share|copy|paste|print)\w*\s+"
+            + _gap(40)
+            + r"(?:\bapi[ _-]?keys?\b|\baccess[ _-]?tokens?\b|\bsecret[ _-]?keys?\b|"
+            r"\bprivate[ _-]?keys?\b|\bpasswords?\b|\bpassphrases?\b|\bcredentials?\b|"
+            r"\bsecrets\b|\bsession[ _-]?cookies\b|\bauth(?:entication)?[ _-]?tokens?\b|"
+            r"\bbearer[ _-]?tokens?\b|(?<!\w)\.env\b|\benvironment\s+variables\b)"
+        ),
+        "asks to read or pass on credentials",
+    ),
+    # P103: data leaving through a literal destination or a smuggling argument.
+    _Pattern(
+        "P103",
+        _E,
+        _rx(
+            r"\b(?:send|forward|upload|post|transmit|e-?mail|mail|copy|exfiltrate|leak|report|"
+            r"mirror|sync|share)\w*\s+"
+            + _gap(60)
+            + r"\b(?:contents?|data|results?|outputs?|files?|conversation|history|messages?|"
+            r"credentials?|keys?|tokens?|information|details|everything|it|them)\b"
+            + _gap(40)
+            + rf"\b(?:to|at|via)\s+(?:{_EMAIL}|{_URL})"
+        ),
+        "asks to send data to an outside address",
+    ),
+    _Pattern(
+        "P103",
+        _E,
+        _rx(rf"\b(?:bcc|cc)\b{_gap(30)}{_EMAIL}"),
+        "adds a hidden copy recipient",
+    ),
+    _Pattern(
+        "P103",
+        _E,
+        _rx(
+            rf"(?:{_EMAIL}){_gap(80)}\b(?:must|always|every|each|mirror|forward|bcc)\b"
+            rf"|\b(?:must|always|every|each|mirror|forward)\b{_gap(80)}(?:{_EMAIL})"
+        ),
+        "requires a literal email address in calls",
+    ),
+    _Pattern(
+        "P103",
+        _E,
+        _rx(
+            r"\b(?:contents?|text|data|value)\s+of\b"
+            + _gap(60)
+            + r"\b(?:in|into|inside|within|as|via|through)\s+(?:the\s+|this\s+|that\s+)?"
+            + _gap(20)
+            + r"\b(?:argument|parameter|param|field|arg)s?\b"
+        ),
+        "asks to put the contents of something into an argument",
+    ),
+    # P104: instructions about other tools (shadowing).
+    _Pattern(
+        "P104",
+        _E,
+        _rx(
+            r"\b(?:when|whenever|each\s+time|every\s+time|any\s*time|if)\b\s+"
+            r"(?:you\s+|the\s+(?:agent|assistant|model|ai)\s+)?"
+            r"(?:use|call|invoke|run|execute|using|calling|invoking)s?\s+(?:the\s+)?"
+            + _TOOL_REF
+            + r"(?:\s+(?:tool|function))?"
+            + _gap(80)
+            + r"\b(?:must|always|also|make\s+sure|ensure|set|include|add|change|replace|"
+            r"redirect|send|prefix)\b"
+        ),
+        "changes how another tool is called",
+    ),
+    _Pattern(
+        "P104",
+        _E,
+        _rx(
+            r"\bevery\s+(?:single\s+)?" + _TOOL_REF + r"(?:\s+(?:tool|function))?\s+call"
+            r"|\b(?:calls?|requests?|invocations?)\s+(?:to|of)\s+(?:the\s+)?"
+            + _TOOL_REF
+            + r"(?:\s+(?:tool|function))?"
+            + _gap(30)
+            + r"\b(?:must|should|need\s+to|have\s+to|shall)\b"
+        ),
+        "sets a rule for every call of another tool",
+    ),
+    _Pattern(
+        "P104",
+        _E,
+        _rx(
+            r"\b(?:also-present|other|another|all\s+other|the\s+other)\s+(?:tools?|functions?)\b"
+            + _gap(40)
+            + r"\b(?:must|should\s+always|always)\b"
+            r"|\b(?:for\s+the\s+rest\s+of|throughout|in|for)\s+(?:this|the\s+current|the\s+entire)"
+            r"\s+(?:session|conversation)\b" + _gap(60) + r"\b(?:must|always|every)\b"
+            r"|\b(?:must|always|every)\b"
+            + _gap(60)
+            + r"\b(?:for\s+the\s+rest\s+of|throughout|in)\s+(?:this|the\s+current|the\s+entire)"
+            r"\s+(?:session|conversation)\b"
+        ),
+        "sets a standing rule for other tools or the session",
+    ),
+    _Pattern(
+        "P104",
+        _E,
+        _rx(
+            r"\b(?:set|change|replace|redirect|override|swap)\w*\s+(?:the\s+)?"
+            r"(?:recipients?|to[ _-]address|destination|receiver|target\s+address)\b"
+            + _gap(30)
+            + r"\b(?:to|with|=)"
+        ),
+        "changes the recipient of another action",
+    ),
+    # P109: chat-template role markers and fake system headers.
+    _Pattern(
+        "P109",
+        _E,
+        re.compile(
+            r"<\|(?:im_start|im_end|system|user|assistant|endoftext|eot_id|start_header_id|"
+            r"end_header_id|begin_of_text)\|>|\[/?(?:SYSTEM|INST|SYS)\]|<</?SYS>>|"
+            r"</?(?:system|assistant|system[_-]prompt|system[_-]message|system-reminder)\s*>|"
+            r"(?:^|\n)\s*#{1,4}\s*(?:instructions?|system(?:\s+prompt)?|response)\s*:?\s*(?:\n|$)|"
+            r"(?:^|\n)\s*(?:system|assistant)\s*:",
+            re.IGNORECASE,
+        ),
+        "holds a chat role or system marker",
+    ),
+    # P111: asking for the calling model's identity, prompt, history or tools.
+    _Pattern(
+        "P111",
+        _E,
+        _rx(
+            r"\b(?:llm|language\s+model|ai\s+model|ai\s+assistant|assistant|agent|model)\b"
+            + _gap(20)
+            + r"\b(?:that|which|who)\s+(?:is\s+)?(?:calls?|calling|invokes?|invoking|uses?|using)"
+            r"\s+(?:this|the)\s+(?:tool|function)"
+            r"|\byour\s+(?:own\s+)?(?:model|llm)\s+(?:name|version|identity)"
+            r"|\bllm\s+model\s+name\b"
+            r"|\b(?:names?|list)\s+of\s+(?:the\s+|all\s+)?tools\s+(?:that\s+)?you\s+"
+            r"(?:can\s+)?(?:use|have|access|call)"
+            r"|\b(?:include|provide|pass|send|copy|repeat|output|print|reveal|share|fill|put|"
+            r"enter|list|dump|paste|summari[sz]e)\w*\s+"
+            + _gap(30)
+            + r"\b(?:your|the\s+(?:entire|full|whole|complete|current))\s+(?:own\s+)?"
+            r"(?:system\s+prompt|system\s+message|instructions|conversation|chat\s+history|"
+            r"message\s+history|previous\s+messages|prior\s+messages|available\s+tools|"
+            r"tool\s+(?:list|names|definitions))\b"
+        ),
+        "asks for the model's identity, prompt, history or tool list",
+    ),
+    # P112: weak signals only; benign servers say such things too.
+    _Pattern(
+        "P112",
+        _W,
+        _rx(
+            r"\bbest\s+tool\b|\b(?:always|only)\s+use\s+this\s+tool\b|"
+            r"\b(?:prefer|choose|pick|use)\s+this\s+tool\s+(?:over|instead|rather)\b|"
+            r"\b(?:do\s+not|don'?t|never)\s+use\s+(?:any\s+)?(?:other|another)\s+tools?\b|"
+            r"\bbefore\s+(?:using|calling|invoking)\s+this\s+(?:tool|function)\b|"
+            r"\b(?:must|should)\s+(?:always\s+)?(?:call|use|run|invoke)\b"
+            + _gap(40)
+            + r"\bfirst\b|\binstead\s+of\s+(?:using\s+|calling\s+)?"
+            + _TOOL_REF
+        ),
+        "steers the model's choice or order of tools",
+    ),
+)
+
+# P105: characters a reviewer cannot see.
+_TAG_CHARS: Final = re.compile("[\U000e0000-\U000e007f]")
+_ZERO_WIDTH: Final = re.compile(
+    "[\u200b\u200c\u2060-\u2064\ufeff\u180e]|(?<![\u00a9-\U0010ffff])\u200d"
+)
+_BIDI: Final = re.compile("[\u202a-\u202e\u2066-\u2069]")
+_DIRECTION_MARKS: Final = re.compile("[\u200e\u200f\u061c]")
+
+# P106: markup a rendered description hides, and pseudo-tags that frame orders.
+_COMMENT: Final = re.compile(r"<!--|\[//\]:\s*#|<!\[CDATA\[", re.IGNORECASE)
+_INSTRUCTION_TAG: Final = re.compile(
+    r"<\s*/?\s*(?:[A-Z][A-Z_-]{3,}|(?i:important|instructions?|information|secret|hidden|"
+    r"admin|critical|override|priority|context|rules|tool[_-]instructions?))\s*>"
+)
+# P107: a whitespace run long enough to scroll content out of a reviewer's view.
+_PADDING: Final = re.compile(r"[ \t\u00a0\u3000]{120,}|(?:[ \t]*\n){12,}")
+# P108: encoded payloads; a mention of decoding makes one an error.
+_BASE64: Final = re.compile(r"[A-Za-z0-9+/]{80,}={0,2}|[A-Za-z0-9_-]{100,}")
+_HEX: Final = re.compile(r"\b(?:[0-9a-fA-F]{2}){40,}\b|(?:\\x[0-9a-fA-F]{2}){16,}")
+_DECODE: Final = _rx(r"\b(?:decode|decoded|decoding|base64|b64|atob|hex-?encoded|unhex)\b")
+
+# P110: parameter names that usually carry a side channel, and wording that hides one.
+_COVERT_WORDS: Final = frozenset({"sidenote", "hidden", "secret", "covert", "internal"})
+_SIDE_CHANNEL_WORDS: Final = frozenset(
+    {"feedback", "debug", "note", "notes", "comment", "reasoning", "thought", "thoughts", "extra"}
+)
+_NAME_WORDS: Final = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+_HIDE_PARAMETER: Final = _rx(
+    r"\b(?:do\s+not|don'?t|never)\s+(?:show|display|reveal|mention|expose|tell)\b"
+    + _gap(30)
+    + r"\b(?:this|the|that|it)\b"
+    + _gap(10)
+    + r"(?:parameter|field|argument|value|user)"
+    r"|\b(?:hidden|invisible|not\s+(?:be\s+)?(?:shown|visible|displayed))\s+(?:from|to)\s+"
+    + _USER
+    + r"|\buser\s+(?:need\s+not|needn'?t|does\s+not\s+need\s+to|doesn'?t\s+need\s+to)\s+"
+    r"(?:know|see)\b|\binternal\s+use\s+only\b"
+)
+# P111: a parameter whose name asks who the caller is, or for what it was told.
+_CALLER_IDENTITY_NAME: Final = re.compile(
+    r"(?:llm|caller|calling)_?(?:model_?)?(?:name|id|identity|version|type)", re.IGNORECASE
+)
+_AGENT_CONTEXT_NAME: Final = re.compile(
+    r"(?:system_?prompt|conversation_?history|chat_?history|previous_?messages|"
+    r"message_?history|available_?tools)",
+    re.IGNORECASE,
+)
+_IMPERATIVE: Final = _rx(
+    r"\b(?:must|always|required|include|pass|put|provide|read|send|contents?\s+of|"
+    r"before|ignore|never)\b"
+)
+_NORMALISE_WS: Final = re.compile(r"\s+")
+
+
+def check_poisoning(view: ToolView) -> list[Finding]:
+    """Run every ``P`` rule on one definition."""
+    findings: list[Finding] = []
+    for text, pointer in _texts(view):
+        findings.extend(
+            Finding(view.name, rule, severity, pointer, message)
+            for rule, severity, message in scan_text(text)
+        )
+    findings.extend(_parameters(view))
+    return findings
+
+
+def _texts(view: ToolView) -> Iterator[tuple[str, str]]:
+    for key in ("name", "title", "description"):
+        value = view.fields.get(key)
+        if isinstance(value, str):
+            yield value, view.pointer(key)
+    title = view.annotations.get("title")
+    if isinstance(title, str):
+        yield title, view.pointer("annotations", "title")
+    yield from iter_texts(view.input_schema, view.pointer(view.input_key))
+    if view.output_key is not None:
+        contract = view.output_contract
+        if isinstance(contract, Mapping) and view.output_key == "outputContract":
+            # A native contract wraps its schema; scan whatever schemas it holds.
+            for key, value in contract.items():
+                yield from iter_texts(value, view.pointer(view.output_key, key))
+        else:
+            yield from iter_texts(contract, view.pointer(view.output_key))
+
+
+def scan_text(text: str) -> list[tuple[str, Severity, str]]:
+    """Scan one string; return ``(rule, severity, message)`` per rule that fires.
+
+    Each rule reports at most once per string, at its most severe match.
+    """
+    hits: dict[str, tuple[str, Severity, str]] = {}
+
+    def add(rule: str, severity: Severity, message: str) -> None:
+        if rule not in hits or (severity is Severity.ERROR and hits[rule][1] is not severity):
+            hits[rule] = (rule, severity, message)
+
+    for rule, severity, message in _raw_checks(text):
+        add(rule, severity, message)
+    clean = _normalise(text)
+    for pattern in _PATTERNS:
+        if pattern.rule in hits and hits[pattern.rule][1] is Severity.ERROR:
+            continue
+        match = pattern.regex.search(clean if pattern.rule != "P109" else _visible(text))
+        if match:
+            add(pattern.rule, pattern.severity, f"{pattern.what}: {_quote(match.group(0))}")
+    return list(hits.values())
+
+
+def _raw_checks(text: str) -> Iterator[tuple[str, Severity, str]]:
+    for regex, what in (
+        (_TAG_CHARS, "Unicode tag characters"),
+        (_ZERO_WIDTH, "zero-width characters"),
+        (_BIDI, "bidirectional control characters"),
+    ):
+        found = regex.findall(text)
+        if found:
+            points = ", ".join(sorted({f"U+{ord(c):04X}" for c in found})[:4])
+            yield "P105", _E, f"{len(found)} {what} ({points})"
+    marks = _DIRECTION_MARKS.findall(text)
+    if marks:
+        yield "P105", _W, f"{len(marks)} direction marks (U+200E/U+200F/U+061C)"
+    for regex, what in (
+        (_COMMENT, "a markup comment"),
+        (_INSTRUCTION_TAG, "an instruction tag"),
+    ):
+        match = regex.search(text)
+        if match:
+            yield "P106", _E, f"holds {what}: {_quote(match.group(0))}"
+    padding = _PADDING.search(text)
+    if padding:
+        after = text[padding.end() :].strip()
+        severity = _E if after else _W
+        yield "P107", severity, f"{len(padding.group(0))} characters of padding whitespace"
+    blob = _BASE64.search(text) or _HEX.search(text)
+    if blob:
+        severity = _E if _DECODE.search(text) else _W
+        yield "P108", severity, f"a {len(blob.group(0))}-character encoded blob"
+
+
+def _parameters(view: ToolView) -> Iterator[Finding]:
+    for name, prop, pointer in iter_properties(view.input_schema, view.pointer(view.input_key)):
+        yield from _agent_context_parameter(view, name, pointer)
+        description = prop.get("description")
+        text = _normalise(description) if isinstance(description, str) else ""
+        hide = _HIDE_PARAMETER.search(text)
+        if hide:
+            yield Finding(
+                view.name,
+                "P110",
+                Severity.ERROR,
+                pointer,
+                f"parameter {name[:40]!r} is meant to be hidden: {_quote(hide.group(0))}",
+            )
+        elif _IMPERATIVE.search(text) and "string" in types_of(prop):
+            words = {word.lower() for word in _NAME_WORDS.findall(name)}
+            if "side" in words and "note" in words:
+                words.add("sidenote")
+            if name.startswith("_") or words & _COVERT_WORDS:
+                severity = _E
+            elif words & _SIDE_CHANNEL_WORDS:
+                severity = _W
+            else:
+                continue
+            yield Finding(
+                view.name,
+                "P110",
+                severity,
+                pointer,
+                f"side-channel parameter {name[:40]!r} carries instructions",
+            )
+
+
+def _agent_context_parameter(view: ToolView, name: str, pointer: str) -> Iterator[Finding]:
+    if _CALLER_IDENTITY_NAME.fullmatch(name):
+        yield Finding(
+            view.name,
+            "P111",
+            Severity.ERROR,
+            pointer,
+            f"parameter {name[:40]!r} asks for the calling model's identity",
+        )
+    elif _AGENT_CONTEXT_NAME.fullmatch(name):
+        # Tools that drive another model legitimately take a system prompt: weak signal.
+        yield Finding(
+            view.name,
+            "P111",
+            Severity.WARNING,
+            pointer,
+            f"parameter {name[:40]!r} may collect the model's prompt, history or tools",
+        )
+
+
+def _visible(text: str) -> str:
+    """The text as a reader sees it: compatibility forms folded, invisibles removed."""
+    folded = unicodedata.normalize("NFKC", text)
+    return "".join(c for c in folded if unicodedata.category(c) != "Cf")
+
+
+def _normalise(text: str) -> str:
+    """The visible text on one line, so patterns see sentences across wrapped lines."""
+    return _NORMALISE_WS.sub(" ", _visible(text).replace("*", ""))
+
+
+def _quote(fragment: str) -> str:
+    flat = _NORMALISE_WS.sub(" ", fragment).strip()
+    if len(flat) > _QUOTE_LIMIT:
+        flat = flat[: _QUOTE_LIMIT - 1] + "…"
+    return repr(flat)

@@ -1,0 +1,110 @@
+"""Walking JSON Schemas: every subschema, and every piece of text a model reads.
+
+Both walks yield JSON pointers (relative to wherever the caller started) so rules can
+say exactly where a problem sits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+from toolkernel.lint.loaders import escape_token
+
+__all__ = ["iter_properties", "iter_subschemas", "iter_texts", "types_of"]
+
+_SCHEMA_MAPS: Final = (
+    "properties",
+    "patternProperties",
+    "$defs",
+    "definitions",
+    "dependentSchemas",
+)
+_SCHEMA_ONE: Final = (
+    "items",
+    "additionalItems",
+    "additionalProperties",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "contains",
+    "not",
+    "if",
+    "then",
+    "else",
+    "propertyNames",
+)
+_SCHEMA_LISTS: Final = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
+
+# Keywords whose values the model reads as prose or as sample values.
+_TEXT_KEYS: Final = frozenset({"title", "description"})
+_VALUE_KEYS: Final = frozenset({"enum", "const", "default", "examples", "example"})
+
+
+def types_of(schema: Mapping[str, Any]) -> set[str]:
+    """The JSON types a schema names, inferring ``object`` from ``properties``."""
+    declared = schema.get("type")
+    types = {declared} if isinstance(declared, str) else set()
+    if isinstance(declared, list):
+        types = {t for t in declared if isinstance(t, str)}
+    if not types and "properties" in schema:
+        types.add("object")
+    return types
+
+
+def iter_subschemas(schema: Any, pointer: str) -> Iterator[tuple[Mapping[str, Any], str]]:
+    """Yield ``schema`` and every schema nested in it, with their pointers."""
+    if not isinstance(schema, Mapping):
+        return
+    yield schema, pointer
+    for key in _SCHEMA_MAPS:
+        children = schema.get(key)
+        if isinstance(children, Mapping):
+            for name, child in children.items():
+                yield from iter_subschemas(child, f"{pointer}/{key}/{escape_token(name)}")
+    for key in _SCHEMA_ONE:
+        yield from iter_subschemas(schema.get(key), f"{pointer}/{key}")
+    for key in _SCHEMA_LISTS:
+        children = schema.get(key)
+        if isinstance(children, list):
+            for index, child in enumerate(children):
+                yield from iter_subschemas(child, f"{pointer}/{key}/{index}")
+
+
+def iter_properties(schema: Any, pointer: str) -> Iterator[tuple[str, Mapping[str, Any], str]]:
+    """Yield ``(name, property schema, pointer)`` for every named property, nested too."""
+    for node, node_pointer in iter_subschemas(schema, pointer):
+        properties = node.get("properties")
+        if isinstance(properties, Mapping):
+            for name, child in properties.items():
+                if isinstance(child, Mapping):
+                    yield str(name), child, f"{node_pointer}/properties/{escape_token(name)}"
+
+
+def iter_texts(schema: Any, pointer: str) -> Iterator[tuple[str, str]]:
+    """Yield ``(text, pointer)`` for every string a model reads in a schema.
+
+    That is every ``title`` and ``description``, every string inside ``enum``,
+    ``const``, ``default`` and ``examples``, and every property name.
+    """
+    for node, node_pointer in iter_subschemas(schema, pointer):
+        for key, value in node.items():
+            key_pointer = f"{node_pointer}/{escape_token(key)}"
+            if key in _TEXT_KEYS and isinstance(value, str):
+                yield value, key_pointer
+            elif key in _VALUE_KEYS:
+                yield from _strings_in(value, key_pointer)
+        properties = node.get("properties")
+        if isinstance(properties, Mapping):
+            for name in properties:
+                yield str(name), f"{node_pointer}/properties/{escape_token(name)}"
+
+
+def _strings_in(value: Any, pointer: str) -> Iterator[tuple[str, str]]:
+    if isinstance(value, str):
+        yield value, pointer
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _strings_in(item, f"{pointer}/{index}")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _strings_in(item, f"{pointer}/{escape_token(key)}")
