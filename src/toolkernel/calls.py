@@ -1,0 +1,231 @@
+"""The records a tool call leaves: the request, the result, and the model's projection."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from toolkernel.codes import CATALOG, ErrorCode, Status, safe_message
+
+__all__ = [
+    "PROJECTION_KEYS",
+    "ArtifactRef",
+    "RedactionNotice",
+    "ToolCallRequest",
+    "ToolCallResult",
+    "Usage",
+    "new_id",
+    "timestamp",
+]
+
+PROJECTION_KEYS: Final = (
+    "toolCallId",
+    "status",
+    "errorCode",
+    "safeMessage",
+    "structuredOutput",
+    "artifacts",
+    "retryable",
+)
+
+
+def timestamp() -> str:
+    """Now, as ISO-8601 UTC with microseconds (the ledger's clock format)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def new_id(prefix: str) -> str:
+    """A fresh identifier such as ``call_3f2a…``."""
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRequest:
+    """A model's proposal to call a tool, as the runtime records it.
+
+    ``arguments`` is ``None`` when the raw arguments could not be parsed; the
+    ``arguments_hash`` is then the hash of the raw bytes.
+    """
+
+    tool_call_id: str
+    run_id: str
+    tool_name: str
+    arguments: Mapping[str, Any] | None
+    arguments_hash: str
+    tool_version: str | None = None
+    step_id: str | None = None
+    idempotency_key: str | None = None
+    requested_at: str = field(default_factory=timestamp)
+    requested_by: str = "model"
+    trace_context: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "toolCallId": self.tool_call_id,
+            "runId": self.run_id,
+            "stepId": self.step_id,
+            "toolName": self.tool_name,
+            "toolVersion": self.tool_version,
+            "arguments": self.arguments,
+            "argumentsHash": self.arguments_hash,
+            "idempotencyKey": self.idempotency_key,
+            "requestedAt": self.requested_at,
+            "requestedBy": self.requested_by,
+            "traceContext": self.trace_context,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactRef:
+    """A pointer to full output kept in the artifact store."""
+
+    id: str
+    media_type: str = "application/octet-stream"
+    size: int = 0
+    description: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": self.media_type,
+            "size": self.size,
+            "description": self.description,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ArtifactRef:
+        return cls(
+            id=str(data["id"]),
+            media_type=str(data.get("type", "application/octet-stream")),
+            size=int(data.get("size", 0)),
+            description=str(data.get("description", "")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RedactionNotice:
+    """That something was withheld from the model: what kind, how often, where."""
+
+    kind: str
+    count: int
+    where: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "count": self.count, "where": self.where}
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What the call consumed."""
+
+    attempts: int = 0
+    duration_ms: float = 0.0
+    cost: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "attempts": self.attempts,
+            "durationMs": round(self.duration_ms, 3),
+            "cost": self.cost,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallResult:
+    """The outcome of one call. ``projection()`` is all the model ever sees of it."""
+
+    tool_call_id: str
+    status: Status
+    safe_message: str
+    error_code: ErrorCode | None = None
+    structured_output: Any = None
+    artifacts: tuple[ArtifactRef, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    started_at: str | None = None
+    finished_at: str = field(default_factory=timestamp)
+    retryable: bool = False
+    redactions: tuple[RedactionNotice, ...] = ()
+
+    @classmethod
+    def from_code(
+        cls,
+        tool_call_id: str,
+        code: ErrorCode,
+        *,
+        output: Any = None,
+        retryable: bool | None = None,
+        message: str | None = None,
+        fields: Mapping[str, object] | None = None,
+        **more_fields: object,
+    ) -> ToolCallResult:
+        """A result carrying ``code``'s status, retryability and rendered safe message.
+
+        The message's placeholders come from ``fields`` and ``more_fields``.
+        """
+        info = CATALOG[code]
+        if message is None:
+            message = safe_message(code, **{**(fields or {}), **more_fields})
+        return cls(
+            tool_call_id=tool_call_id,
+            status=info.status,
+            error_code=code,
+            safe_message=message,
+            structured_output=output,
+            retryable=info.retryable if retryable is None else retryable,
+        )
+
+    def with_(self, **changes: Any) -> ToolCallResult:
+        """A copy with some fields changed."""
+        return replace(self, **changes)
+
+    def projection(self) -> dict[str, Any]:
+        """The model projection: exactly the keys in ``PROJECTION_KEYS``."""
+        return {
+            "toolCallId": self.tool_call_id,
+            "status": str(self.status),
+            "errorCode": str(self.error_code) if self.error_code else None,
+            "safeMessage": self.safe_message,
+            "structuredOutput": self.structured_output,
+            "artifacts": [ref.to_dict() for ref in self.artifacts],
+            "retryable": self.retryable,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything, for the ledger."""
+        data = self.projection()
+        data.update(
+            usage=self.usage.to_dict(),
+            startedAt=self.started_at,
+            finishedAt=self.finished_at,
+            redactions=[notice.to_dict() for notice in self.redactions],
+        )
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolCallResult:
+        """Rebuild a result from ``to_dict()`` or ``projection()`` output (replay)."""
+        usage = data.get("usage") or {}
+        code = data.get("errorCode")
+        return cls(
+            tool_call_id=str(data["toolCallId"]),
+            status=Status(data["status"]),
+            error_code=ErrorCode(code) if code else None,
+            safe_message=str(data.get("safeMessage", "")),
+            structured_output=data.get("structuredOutput"),
+            artifacts=tuple(ArtifactRef.from_dict(a) for a in data.get("artifacts", ())),
+            usage=Usage(
+                attempts=int(usage.get("attempts", 0)),
+                duration_ms=float(usage.get("durationMs", 0.0)),
+                cost=float(usage.get("cost", 0.0)),
+            ),
+            started_at=data.get("startedAt"),
+            finished_at=str(data.get("finishedAt") or timestamp()),
+            retryable=bool(data.get("retryable", False)),
+            redactions=tuple(
+                RedactionNotice(str(r["kind"]), int(r["count"]), str(r["where"]))
+                for r in data.get("redactions", ())
+            ),
+        )

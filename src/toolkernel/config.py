@@ -1,0 +1,235 @@
+"""``toolkernel.toml``: workspace, forbidden paths, exposure rules, policy, budgets,
+rate limits and the ledger's location, checked against its own JSON Schema
+(``config.schema.json`` in this package; ``toolkernel config schema`` prints it).
+
+With no file, the defaults are: the workspace is the current directory, the ledger
+lives in the workspace's state directory, read-only tools are exposed, and network
+and writes are denied.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from toolkernel.context import ApprovalState, RunState, VerificationStatus
+from toolkernel.definition import Permissions
+from toolkernel.errors import ConfigError
+from toolkernel.exposure import DEFAULT_EXPOSURE, ExposureRule
+from toolkernel.pathguard import DEFAULT_FORBIDDEN
+from toolkernel.policy import (
+    BUILTIN_PROFILES,
+    Action,
+    ApprovalDefaults,
+    Budget,
+    Policy,
+    PolicyRule,
+    RateLimit,
+)
+from toolkernel.schema import compile_schema
+
+__all__ = ["CONFIG_FILENAME", "Config", "LedgerConfig", "load_config"]
+
+CONFIG_FILENAME: Final = "toolkernel.toml"
+STATE_DIRNAME: Final = ".toolkernel"
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerConfig:
+    backend: Literal["sqlite", "postgres"] = "sqlite"
+    path: Path | None = None
+    dsn: str | None = None
+    synchronous: Literal["normal", "full"] = "normal"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The runtime's configuration, resolved to absolute paths."""
+
+    workspace: Path
+    state_dir: Path
+    forbidden_paths: tuple[str, ...] = DEFAULT_FORBIDDEN
+    max_argument_bytes: int = 256 * 1024
+    ledger: LedgerConfig = field(default_factory=LedgerConfig)
+    exposure: tuple[ExposureRule, ...] = DEFAULT_EXPOSURE
+    policy: Policy = field(default_factory=Policy)
+    max_parallel_reads: int = 4
+    run_state: RunState = RunState.PLANNING
+    profile: str = "read-only"
+    verification: VerificationStatus = VerificationStatus.UNKNOWN
+    tool_modules: tuple[str, ...] = ()
+    tool_definitions: tuple[Path, ...] = ()
+    source: Path | None = None
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.ledger.path or self.state_dir / "ledger.db"
+
+    @classmethod
+    def default(cls, workspace: Path | None = None) -> Config:
+        root = (workspace or Path.cwd()).resolve()
+        return cls(workspace=root, state_dir=root / STATE_DIRNAME)
+
+
+def _schema() -> dict[str, Any]:
+    text = resources.files("toolkernel").joinpath("config.schema.json").read_text("utf-8")
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+CONFIG_SCHEMA: Final = _schema()
+_VALIDATOR: Final = compile_schema(CONFIG_SCHEMA)
+
+
+def load_config(path: Path | None = None, *, workspace: Path | None = None) -> Config:
+    """Load ``path`` (or ``./toolkernel.toml`` when present), else the defaults.
+
+    Args:
+        path: the configuration file; ``None`` looks for toolkernel.toml in the
+            workspace (or the current directory).
+        workspace: overrides the file's ``workspace``.
+
+    Raises:
+        ConfigError: the file is unreadable, not TOML, or breaks the schema; the
+            message names the file and the key.
+    """
+    if path is None:
+        candidate = (workspace or Path.cwd()) / CONFIG_FILENAME
+        if not candidate.is_file():
+            return Config.default(workspace)
+        path = candidate
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the configuration ({exc.strerror})") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: the configuration is not UTF-8 text") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    return from_mapping(data, base=path.parent.resolve(), source=path, workspace=workspace)
+
+
+def from_mapping(
+    data: Mapping[str, Any],
+    *,
+    base: Path,
+    source: Path | None = None,
+    workspace: Path | None = None,
+) -> Config:
+    """Build a Config from already-parsed TOML data (paths relative to ``base``).
+
+    Raises:
+        ConfigError: the data breaks the configuration schema.
+    """
+    label = str(source) if source else "configuration"
+    errors = _VALIDATOR.errors(data, limit=1)
+    if errors:
+        error = errors[0]
+        key = ".".join(str(p) for p in error.instance_path)
+        if error.keyword == "required":
+            key = ".".join(filter(None, [key, str(error.details.get("property", ""))]))
+        elif error.keyword == "additionalProperties":
+            unexpected = error.details.get("unexpected") or ["?"]
+            key = ".".join(filter(None, [key, str(unexpected[0])]))
+            raise ConfigError(f"{label}: key '{key}': unknown key")
+        raise ConfigError(f"{label}: key '{key or '(root)'}': {error.message[:300]}")
+    root = (workspace or base / data.get("workspace", ".")).resolve()
+    state_dir = _resolve(root, data.get("state_dir", STATE_DIRNAME))
+    ledger = data.get("ledger", {})
+    run = data.get("run", {})
+    tools = data.get("tools", {})
+    forbidden = tuple(data.get("forbidden_paths", DEFAULT_FORBIDDEN))
+    forbidden += tuple(data.get("extra_forbidden_paths", ()))
+    profile = run.get("profile", "read-only")
+    policy = _policy(data.get("policy", {}), data.get("budget", {}), data.get("rate_limits", {}))
+    if profile not in policy.profiles:
+        raise ConfigError(f"{label}: key 'run.profile': no profile named '{profile}'")
+    exposure = (
+        tuple(_exposure_rule(r) for r in data["exposure"])
+        if "exposure" in data
+        else (DEFAULT_EXPOSURE)
+    )
+    return Config(
+        workspace=root,
+        state_dir=state_dir,
+        forbidden_paths=forbidden,
+        max_argument_bytes=int(data.get("max_argument_bytes", 256 * 1024)),
+        ledger=LedgerConfig(
+            backend=ledger.get("backend", "sqlite"),
+            path=_resolve(root, ledger["path"]) if "path" in ledger else None,
+            dsn=ledger.get("dsn"),
+            synchronous=ledger.get("synchronous", "normal"),
+        ),
+        exposure=exposure,
+        policy=policy,
+        max_parallel_reads=int(data.get("concurrency", {}).get("max_parallel_reads", 4)),
+        run_state=RunState(run.get("state", RunState.PLANNING)),
+        profile=profile,
+        verification=VerificationStatus(run.get("verification", VerificationStatus.UNKNOWN)),
+        tool_modules=tuple(tools.get("modules", ())),
+        tool_definitions=tuple(_resolve(base, p) for p in tools.get("definitions", ())),
+        source=source,
+    )
+
+
+def _resolve(root: Path, value: str) -> Path:
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else root / path
+
+
+def _set(values: Any, kind: type[Any]) -> frozenset[Any] | None:
+    return None if values is None else frozenset(kind(v) for v in values)
+
+
+def _exposure_rule(data: Mapping[str, Any]) -> ExposureRule:
+    return ExposureRule(
+        tools=tuple(data.get("tools", ("*",))),
+        states=_set(data.get("states"), RunState),
+        profiles=_set(data.get("profiles"), str),
+        verification=_set(data.get("verification"), VerificationStatus),
+        approval=_set(data.get("approval"), ApprovalState),
+        read_only=data.get("read_only"),
+    )
+
+
+def _policy(
+    data: Mapping[str, Any], budget: Mapping[str, Any], limits: Mapping[str, Any]
+) -> Policy:
+    profiles = dict(BUILTIN_PROFILES)
+    for name, grants in data.get("profiles", {}).items():
+        profiles[name] = Permissions(**{k: bool(v) for k, v in grants.items()})
+    approval = data.get("approval", {})
+    return Policy(
+        profiles=profiles,
+        network=Action(data.get("network", "deny")),
+        write_scope=tuple(data.get("write_scope", ())),
+        path_allow=tuple(data.get("path_allow", ())),
+        path_deny=tuple(data.get("path_deny", ())),
+        approval=ApprovalDefaults(**{k: Action(v) for k, v in approval.items()}),
+        rules=tuple(
+            PolicyRule(
+                tools=tuple(rule["tools"]),
+                action=Action(rule["action"]),
+                states=_set(rule.get("states"), RunState),
+                profiles=_set(rule.get("profiles"), str),
+                verification=_set(rule.get("verification"), VerificationStatus),
+                reason=rule.get("reason", ""),
+            )
+            for rule in data.get("rules", ())
+        ),
+        budget=Budget(
+            max_cost=budget.get("max_cost"),
+            max_calls=budget.get("max_calls"),
+            default_cost=float(budget.get("default_cost", 1.0)),
+            costs={k: float(v) for k, v in budget.get("costs", {}).items()},
+        ),
+        rate_limits={
+            pattern: RateLimit(int(v["calls"]), float(v["per_seconds"]))
+            for pattern, v in limits.items()
+        },
+    )

@@ -1,0 +1,100 @@
+"""The state of a run that decides what the model may see and do, and what tools get."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from toolkernel.cancel import CancellationToken
+
+if TYPE_CHECKING:
+    from toolkernel.kernel import Kernel
+    from toolkernel.run import Run
+
+__all__ = [
+    "ApprovalState",
+    "RunContext",
+    "RunState",
+    "ToolContext",
+    "VerificationStatus",
+]
+
+
+class RunState(StrEnum):
+    """Where the run is in its lifecycle; exposure and policy rules key on it."""
+
+    PLANNING = "PLANNING"
+    EXPLORING = "EXPLORING"
+    EDITING = "EDITING"
+    VERIFYING = "VERIFYING"
+    REVIEWING = "REVIEWING"
+    COMPLETED = "COMPLETED"
+
+
+class VerificationStatus(StrEnum):
+    """What the verifier last said about the run's changes."""
+
+    UNKNOWN = "UNKNOWN"
+    PENDING = "PENDING"
+    PASSED = "PASSED"
+    FAILED = "FAILED"
+
+
+class ApprovalState(StrEnum):
+    """Whether a human has approved the run's plan (run-level, not per call)."""
+
+    NONE = "NONE"
+    PENDING = "PENDING"
+    GRANTED = "GRANTED"
+    DENIED = "DENIED"
+
+
+@dataclass(frozen=True, slots=True)
+class RunContext:
+    """A snapshot of the run's state; replace it to move the run along."""
+
+    run_id: str
+    run_state: RunState = RunState.PLANNING
+    profile: str = "read-only"
+    verification: VerificationStatus = VerificationStatus.UNKNOWN
+    approval: ApprovalState = ApprovalState.NONE
+    write_scope: tuple[str, ...] = ()
+    changed_files: frozenset[str] = frozenset()
+
+    def evolve(self, **changes: Any) -> RunContext:
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "runId": self.run_id,
+            "runState": str(self.run_state),
+            "profile": self.profile,
+            "verification": str(self.verification),
+            "approval": str(self.approval),
+            "writeScope": list(self.write_scope),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """What a native tool may ask of the runtime while it runs.
+
+    A tool function receives it by declaring a parameter annotated ``ToolContext``;
+    that parameter never appears in the tool's input schema.
+    """
+
+    run_id: str
+    tool_call_id: str
+    workspace: Path
+    token: CancellationToken
+    notes: Mapping[str, str] = field(default_factory=dict)
+    report_progress: Callable[[float, float | None, str | None], None] = lambda _p, _t, _m: None
+    kernel: Kernel | None = None
+    run: Run | None = None
+
+    def progress(self, progress: float, total: float | None = None, message: str = "") -> None:
+        """Report progress; it becomes a TOOL_CALL_PROGRESS event."""
+        self.report_progress(progress, total, message or None)

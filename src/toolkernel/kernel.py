@@ -1,0 +1,772 @@
+"""The kernel: the one place where the pipeline order is written out.
+
+::
+
+    TOOL_CALL_REQUEST (always)
+    → registry lookup          unknown / not exposed        → DENIED
+    → argument parsing + size  malformed / too large        → INVALID_ARGUMENTS
+    → validation               schema, then path guard      → INVALID_ARGUMENTS
+    → idempotency              repeated key                 → the recorded result
+    → authorization            scope, profile, state, paths, network, budget, rate
+                                                            → DENIED
+    → approval (if asked)      APPROVAL_REQUESTED → GRANTED / DENIED
+    → TOOL_CALL_STARTED
+    → dispatch                 adapter by execution mode, timeout, token, retry
+    → TOOL_CALL_PROGRESS*
+    → normalize → artifactize → redact
+    → TOOL_CALL_RESULT
+
+A refused call gets a REQUEST and a RESULT and never a STARTED. Events of one call
+are written in as few transactions as the order allows: REQUEST with STARTED (or with
+the refusal's RESULT), and the approval request on its own before a human is asked.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType, TracebackType
+from typing import Any, Self
+
+import anyio
+
+from toolkernel.approval import ApprovalDecision, ApprovalRequest, Approver, ask
+from toolkernel.arguments import ArgumentsRejected, parse_arguments
+from toolkernel.artifacts import ArtifactStore
+from toolkernel.calls import ToolCallRequest, ToolCallResult, Usage, new_id, timestamp
+from toolkernel.cancel import CancellationToken
+from toolkernel.codes import ErrorCode, Status
+from toolkernel.config import Config, load_config
+from toolkernel.context import RunContext, ToolContext
+from toolkernel.definition import ConcurrencyGroup, ExecutionMode, ToolDefinition
+from toolkernel.dispatch import Adapter, Invocation, NativeAdapter, Outcome, dispatch
+from toolkernel.errors import ConfigError, DefinitionError
+from toolkernel.exposure import select_exposed
+from toolkernel.functions import FunctionTool
+from toolkernel.ledger import EventType, Ledger, NewEvent, SqliteLedger
+from toolkernel.normalize import DEFAULT_CHAIN, Finishing, Processor
+from toolkernel.pathguard import PathGuard
+from toolkernel.policy import Decision, authorize, rate_keys
+from toolkernel.redaction import Redactor
+from toolkernel.registry import RegisteredTool, Registry
+from toolkernel.replay import RecordedResults
+from toolkernel.run import Run, ToolCall
+from toolkernel.validation import ValidationResult, validate
+
+__all__ = ["Kernel", "ProgressListener"]
+
+ProgressListener = Callable[[str, float, float | None, str | None], None]
+"""Called with (tool call id, progress, total, message) as a tool reports progress."""
+
+_SANDBOXED = frozenset(
+    {ExecutionMode.SANDBOX_READ_ONLY, ExecutionMode.SANDBOX_WRITE, ExecutionMode.PROCESS}
+)
+_RECORDABLE = frozenset({Status.SUCCEEDED, Status.PARTIAL, Status.FAILED})
+
+
+@dataclass(slots=True)
+class _Inflight:
+    """A call with an idempotency key that is running now; duplicates wait for it."""
+
+    arguments_hash: str
+    done: anyio.Event = field(default_factory=anyio.Event)
+    result: ToolCallResult | None = None
+
+
+@dataclass(slots=True)
+class _Admitted:
+    """A call that passed every check and has its STARTED event written."""
+
+    request: ToolCallRequest
+    tool: RegisteredTool
+    decision: Decision
+    inflight: _Inflight | None
+    progress: list[NewEvent] = field(default_factory=list)
+    started_at: str = ""
+
+
+@dataclass(slots=True)
+class _Duplicate:
+    """A call whose idempotency key is already running: it waits, then shares the result."""
+
+    request: ToolCallRequest
+    events: list[NewEvent]
+    inflight: _Inflight
+
+
+_Admission = _Admitted | _Duplicate | ToolCallResult
+
+
+class Kernel:
+    """The governed tool-call path. Every call goes through ``call`` or ``call_many``.
+
+    Args:
+        config: the runtime configuration; defaults to ``Config.default()``.
+        ledger: where events go; defaults to the SQLite ledger the config names.
+        approver: decides calls that need approval; without one they are DENIED.
+        adapters: extra or replacement adapters by execution mode.
+        builtins: register ``memory.read`` and ``policy.explain``.
+        recorded: serve recorded results instead of running tools (replay).
+        processors: the post-dispatch chain (normalize → artifactize → redact).
+    """
+
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        ledger: Ledger | None = None,
+        approver: Approver | None = None,
+        adapters: Mapping[ExecutionMode, Adapter] | None = None,
+        builtins: bool = True,
+        recorded: RecordedResults | None = None,
+        processors: Sequence[Processor] = DEFAULT_CHAIN,
+        secrets: Iterable[str] = (),
+    ) -> None:
+        self.config = config or Config.default()
+        self.registry = Registry()
+        self.guard = PathGuard(self.config.workspace, forbidden=self.config.forbidden_paths)
+        self.ledger = ledger or _open_ledger(self.config)
+        self.approver = approver
+        self.artifacts = ArtifactStore(self.config.state_dir / "artifacts")
+        self.redactor = Redactor(self.guard.workspace, secrets)
+        self.adapters: dict[ExecutionMode, Adapter] = {ExecutionMode.NATIVE: NativeAdapter()}
+        self.adapters.update(adapters or {})
+        self.recorded = recorded
+        self.processors = tuple(processors)
+        self._inflight: dict[tuple[str, str], _Inflight] = {}
+        self._generation = 0
+        if builtins:
+            from toolkernel.builtins import BUILTIN_TOOLS
+
+            for builtin in BUILTIN_TOOLS:
+                self.register(builtin)
+        self._load_configured_tools()
+
+    @classmethod
+    def from_config(
+        cls, path: Path | None = None, *, workspace: Path | None = None, **kwargs: Any
+    ) -> Kernel:
+        """A kernel for ``toolkernel.toml`` at ``path`` (or the defaults)."""
+        return cls(load_config(path, workspace=workspace), **kwargs)
+
+    # -- tools and exposure -------------------------------------------------------
+
+    def register(
+        self,
+        tool: FunctionTool | ToolDefinition | Mapping[str, Any],
+        handler: Callable[..., Any] | None = None,
+        **kwargs: Any,
+    ) -> RegisteredTool:
+        """Register a tool (see ``Registry.register``)."""
+        registered = self.registry.register(tool, handler, **kwargs)
+        self._generation += 1
+        return registered
+
+    def start_run(self, context: RunContext | None = None, **fields: Any) -> Run:
+        """Begin a run; unspecified context fields come from the configuration."""
+        if context is None:
+            defaults = {
+                "run_id": new_id("run"),
+                "run_state": self.config.run_state,
+                "profile": self.config.profile,
+                "verification": self.config.verification,
+            }
+            context = RunContext(**{**defaults, **fields})
+        return Run(context, max_parallel_reads=self.config.max_parallel_reads)
+
+    def list_available(self, ctx: RunContext) -> list[ToolDefinition]:
+        """The tools a run in ``ctx`` may see now (no ledger event; see ``expose``)."""
+        profiles = self.config.policy.profiles
+        if ctx.profile not in profiles:
+            return []  # an unknown profile grants nothing: fail closed
+        definitions = (tool.definition for tool in self.registry.latest())
+        return select_exposed(definitions, self.config.exposure, ctx, profiles[ctx.profile])
+
+    def expose(self, run: Run) -> list[ToolDefinition]:
+        """Show the run's tools to the model: returns them and records TOOLS_EXPOSED."""
+        definitions = self.list_available(run.context)
+        fresh = {d.hash: d.to_dict() for d in definitions if d.hash not in run.shown_hashes}
+        payload = {
+            "context": run.context.to_dict(),
+            "tools": [{"name": d.name, "version": d.version, "hash": d.hash} for d in definitions],
+            "definitions": fresh,
+        }
+        self.ledger.append(run.id, [NewEvent(EventType.TOOLS_EXPOSED, payload)])
+        run.shown_hashes.update(fresh)
+        run.exposed = {d.name: d.version for d in definitions}
+        return definitions
+
+    # -- calls --------------------------------------------------------------------
+
+    async def call(
+        self,
+        run: Run,
+        tool_name: str,
+        arguments: str | bytes | Mapping[str, Any] | None = None,
+        *,
+        on_progress: ProgressListener | None = None,
+        **fields: Any,
+    ) -> ToolCallResult:
+        """Propose one call and return its result (never raises for a bad proposal)."""
+        results = await self.call_many(
+            run, [ToolCall(tool_name, arguments, **fields)], on_progress=on_progress
+        )
+        return results[0]
+
+    async def call_many(
+        self,
+        run: Run,
+        calls: Sequence[ToolCall],
+        *,
+        on_progress: ProgressListener | None = None,
+    ) -> list[ToolCallResult]:
+        """Run one model turn's calls under the concurrency rules; results in order.
+
+        Consecutive READ_ONLY calls run in parallel (bounded by ``max_parallel_reads``);
+        every other call runs alone. The ledger follows the model's order.
+        """
+        results: list[ToolCallResult] = []
+        for exclusive, batch in _segments(self.registry, calls):
+            results.extend(await self._run_batch(run, batch, exclusive, on_progress))
+        return results
+
+    def call_sync(
+        self,
+        run: Run,
+        tool_name: str,
+        arguments: str | bytes | Mapping[str, Any] | None = None,
+        **fields: Any,
+    ) -> ToolCallResult:
+        """``call`` for synchronous programs (starts an event loop per call)."""
+        return anyio.run(lambda: self.call(run, tool_name, arguments, **fields))
+
+    def close(self) -> None:
+        self.ledger.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    async def _run_batch(
+        self,
+        run: Run,
+        batch: Sequence[ToolCall],
+        exclusive: bool,
+        on_progress: ProgressListener | None,
+    ) -> list[ToolCallResult]:
+        await run.gate.acquire(exclusive)
+        try:
+            admissions = [await self._admit(run, call) for call in batch]
+            outcomes: list[Outcome | ToolCallResult | None] = [None] * len(admissions)
+
+            async def execute(index: int, admitted: _Admitted | _Duplicate) -> None:
+                if isinstance(admitted, _Duplicate):
+                    await admitted.inflight.done.wait()
+                    outcomes[index] = admitted.inflight.result
+                    return
+                async with run.reads:
+                    outcomes[index] = await self._execute(run, admitted, on_progress)
+
+            pending = [
+                (i, a) for i, a in enumerate(admissions) if not isinstance(a, ToolCallResult)
+            ]
+            if len(pending) == 1:
+                await execute(*pending[0])
+            elif pending:
+                async with anyio.create_task_group() as group:
+                    for index, admitted in pending:
+                        group.start_soon(execute, index, admitted)
+            return [
+                self._conclude(run, admission, outcomes[i])
+                for i, admission in enumerate(admissions)
+            ]
+        finally:
+            with anyio.CancelScope(shield=True):
+                await run.gate.release(exclusive)
+
+    # -- the pipeline ----------------------------------------------------------------
+
+    async def _admit(self, run: Run, call: ToolCall) -> _Admission:
+        """REQUEST → lookup → parse → validate → idempotency → authorize → approval → STARTED."""
+        parsed = parse_arguments(call.arguments, max_bytes=self.config.max_argument_bytes)
+        rejected = parsed if isinstance(parsed, ArgumentsRejected) else None
+        request = ToolCallRequest(
+            tool_call_id=call.tool_call_id or new_id("call"),
+            run_id=run.id,
+            tool_name=call.tool_name,
+            arguments=None if rejected else parsed.value,  # type: ignore[union-attr]
+            arguments_hash=parsed.hash,
+            tool_version=call.version,
+            step_id=call.step_id,
+            idempotency_key=call.idempotency_key,
+            requested_by=call.requested_by,
+            trace_context=call.trace_context,
+        )
+        events = [NewEvent(EventType.TOOL_CALL_REQUEST, request.to_dict(), request.tool_call_id)]
+        call_id, name = request.tool_call_id, request.tool_name
+
+        assessed = self._assess(run, request, rejected)
+        if isinstance(assessed, ToolCallResult):
+            return self._refuse(run, request, events, assessed)
+        tool, checked = assessed
+
+        inflight: _Inflight | None = None
+        if call.idempotency_key:
+            known = self._idempotent(run, request, events)
+            if not isinstance(known, _Inflight):
+                return known
+            inflight = known
+
+        decision = authorize(
+            self.config.policy,
+            tool.definition,
+            run.context,
+            run.meter,
+            paths=[p.relative for p in checked.paths],
+        )
+        if decision.allowed and tool.definition.execution_mode not in self.adapters:
+            decision = _no_adapter(tool.definition)
+        if decision.allowed and decision.requires_approval:
+            decision = await self._approve(run, request, tool, decision, events)
+        if not decision.allowed:
+            code = decision.reason_code or ErrorCode.POLICY_ERROR
+            result = ToolCallResult.from_code(call_id, code, message=decision.safe_message)
+            return self._refuse(run, request, events, result, inflight)
+
+        run.meter.charge(name, decision.cost, rate_keys(self.config.policy, name))
+        started_at = timestamp()
+        events.append(
+            NewEvent(
+                EventType.TOOL_CALL_STARTED,
+                {
+                    "toolName": name,
+                    "toolVersion": tool.definition.version,
+                    "definitionHash": tool.definition.hash,
+                    "executionMode": str(tool.definition.execution_mode),
+                    "flaggedForReview": decision.audit,
+                    "startedAt": started_at,
+                },
+                call_id,
+            )
+        )
+        self.ledger.append(run.id, events)
+        return _Admitted(request, tool, decision, inflight, started_at=started_at)
+
+    async def _execute(
+        self, run: Run, admitted: _Admitted, on_progress: ProgressListener | None
+    ) -> Outcome:
+        """Dispatch through the execution mode's adapter under a child token of the run."""
+        call_id = admitted.request.tool_call_id
+        if self.recorded is not None:
+            return self.recorded.take(admitted.request)
+        token = run.token.child()
+        run.calls[call_id] = token
+
+        def report(progress: float, total: float | None, message: str | None) -> None:
+            admitted.progress.append(
+                NewEvent(
+                    EventType.TOOL_CALL_PROGRESS,
+                    {"progress": progress, "total": total, "message": message},
+                    call_id,
+                )
+            )
+            if on_progress is not None:
+                on_progress(call_id, progress, total, message)
+
+        context = ToolContext(
+            run_id=run.id,
+            tool_call_id=call_id,
+            workspace=self.guard.workspace,
+            token=token,
+            notes=MappingProxyType(run.notes),
+            report_progress=report,
+            kernel=self,
+            run=run,
+        )
+        adapter = self.adapters[admitted.tool.definition.execution_mode]
+        try:
+            return await dispatch(
+                adapter, Invocation(admitted.tool, admitted.request.arguments or {}, context), token
+            )
+        finally:
+            run.calls.pop(call_id, None)
+            run.token.release(token)
+
+    def _conclude(
+        self, run: Run, admission: _Admission, outcome: Outcome | ToolCallResult | None
+    ) -> ToolCallResult:
+        """normalize → artifactize → redact → RESULT, for calls that were dispatched."""
+        if isinstance(admission, ToolCallResult):
+            return admission
+        if isinstance(admission, _Duplicate):
+            shared = outcome if isinstance(outcome, ToolCallResult) else None
+            return self._share(run, admission, shared)
+        assert isinstance(outcome, Outcome)
+        tool, request = admission.tool, admission.request
+        finishing = Finishing(tool, request.tool_call_id, self.artifacts, self.redactor)
+        for process in self.processors:
+            outcome = process(outcome, finishing)
+        result = ToolCallResult(
+            tool_call_id=request.tool_call_id,
+            status=outcome.status,
+            error_code=outcome.code,
+            safe_message=outcome.message,
+            structured_output=outcome.output,
+            artifacts=outcome.artifacts,
+            usage=Usage(outcome.attempts, outcome.duration_ms, admission.decision.cost),
+            started_at=admission.started_at,
+            retryable=outcome.retryable,
+            redactions=tuple(finishing.redactions),
+        )
+        key = request.idempotency_key
+        index = (tool.name, key) if key and result.status in _RECORDABLE else None
+        payload = _result_payload(request, result, tool.definition.version)
+        payload["flaggedForReview"] = admission.decision.audit
+        if outcome.internal:
+            payload["internal"] = outcome.internal
+        events = [
+            *admission.progress,
+            NewEvent(EventType.TOOL_CALL_RESULT, payload, request.tool_call_id, index_key=index),
+        ]
+        try:
+            self.ledger.append(run.id, events)
+        finally:
+            _settle(self._inflight, request, admission.inflight, result)
+        return result
+
+    # -- pieces of the pipeline -------------------------------------------------------
+
+    def _assess(
+        self, run: Run, request: ToolCallRequest, rejected: ArgumentsRejected | None
+    ) -> tuple[RegisteredTool, ValidationResult] | ToolCallResult:
+        """Lookup, exposure, argument parsing and validation: no side effects."""
+        call_id, name = request.tool_call_id, request.tool_name
+        tool = self.registry.find(name, request.tool_version)
+        if tool is None:
+            return self._unknown(run, name, request.tool_version).with_(tool_call_id=call_id)
+        if not self._is_exposed(run, tool):
+            return ToolCallResult.from_code(
+                call_id, ErrorCode.TOOL_NOT_EXPOSED, tool=name, available=self._names(run)
+            )
+        if rejected is not None:
+            return ToolCallResult.from_code(
+                call_id, rejected.code, fields={"tool": name, **rejected.fields}
+            )
+        checked = validate(tool, request.arguments or {}, self.guard)
+        if checked.violation is not None:
+            v = checked.violation
+            return ToolCallResult.from_code(
+                call_id, v.code, fields={"tool": name, "property": v.property, **v.fields}
+            )
+        return tool, checked
+
+    def explain(
+        self,
+        run: Run,
+        tool_name: str,
+        arguments: str | bytes | Mapping[str, Any] | None = None,
+        *,
+        version: str | None = None,
+    ) -> dict[str, Any]:
+        """What would happen to this call now, in safe terms; nothing is run or recorded."""
+        parsed = parse_arguments(arguments, max_bytes=self.config.max_argument_bytes)
+        rejected = parsed if isinstance(parsed, ArgumentsRejected) else None
+        request = ToolCallRequest(
+            tool_call_id="explain",
+            run_id=run.id,
+            tool_name=tool_name,
+            arguments=None if rejected else parsed.value,  # type: ignore[union-attr]
+            arguments_hash=parsed.hash,
+            tool_version=version,
+        )
+        assessed = self._assess(run, request, rejected)
+        if isinstance(assessed, ToolCallResult):
+            return _explanation(
+                tool_name, assessed.status, assessed.error_code, assessed.safe_message
+            )
+        tool, checked = assessed
+        decision = authorize(
+            self.config.policy,
+            tool.definition,
+            run.context,
+            run.meter,
+            paths=[p.relative for p in checked.paths],
+        )
+        if decision.allowed and tool.definition.execution_mode not in self.adapters:
+            decision = _no_adapter(tool.definition)
+        if not decision.allowed:
+            return _explanation(
+                tool_name, Status.DENIED, decision.reason_code, decision.safe_message
+            )
+        if decision.requires_approval:
+            reasons = "; ".join(decision.approval_reasons)
+            message = f"{tool.name} is allowed after a human approves it ({reasons})."
+            if self.approver is None:
+                message += " No approver is connected, so it would be refused now."
+            return {
+                **_explanation(tool_name, None, None, message),
+                "outcome": "NEEDS_APPROVAL",
+                "approvalReasons": list(decision.approval_reasons),
+            }
+        return _explanation(tool_name, None, None, f"{tool.name} is allowed with these arguments.")
+
+    def _refuse(
+        self,
+        run: Run,
+        request: ToolCallRequest,
+        events: list[NewEvent],
+        result: ToolCallResult,
+        inflight: _Inflight | None = None,
+    ) -> ToolCallResult:
+        events.append(
+            NewEvent(
+                EventType.TOOL_CALL_RESULT,
+                _result_payload(request, result, request.tool_version),
+                request.tool_call_id,
+            )
+        )
+        try:
+            self.ledger.append(run.id, events)
+        finally:
+            _settle(self._inflight, request, inflight, result)
+        return result
+
+    def _share(self, run: Run, dup: _Duplicate, shared: ToolCallResult | None) -> ToolCallResult:
+        if shared is None:
+            shared = ToolCallResult.from_code(
+                dup.request.tool_call_id, ErrorCode.INTERNAL_ERROR, tool=dup.request.tool_name
+            )
+        result = shared.with_(tool_call_id=dup.request.tool_call_id)
+        payload = _result_payload(dup.request, result, dup.request.tool_version)
+        payload["sharedWith"] = shared.tool_call_id
+        dup.events.append(NewEvent(EventType.TOOL_CALL_RESULT, payload, dup.request.tool_call_id))
+        self.ledger.append(run.id, dup.events)
+        return result
+
+    def _idempotent(
+        self, run: Run, request: ToolCallRequest, events: list[NewEvent]
+    ) -> _Inflight | _Duplicate | ToolCallResult:
+        """A recorded or running result for this key, or a fresh in-flight entry."""
+        name, key = request.tool_name, str(request.idempotency_key)
+        call_id = request.tool_call_id
+        conflict = ToolCallResult.from_code(call_id, ErrorCode.IDEMPOTENCY_CONFLICT, tool=name)
+        running = self._inflight.get((name, key))
+        if running is not None:
+            if running.arguments_hash != request.arguments_hash:
+                return self._refuse(run, request, events, conflict)
+            return _Duplicate(request, events, running)
+        recorded = self.ledger.find_indexed(name, key)
+        if recorded is not None:
+            if recorded.payload.get("argumentsHash") != request.arguments_hash:
+                return self._refuse(run, request, events, conflict)
+            result = ToolCallResult.from_dict(recorded.payload["result"]).with_(
+                tool_call_id=call_id
+            )
+            payload = _result_payload(request, result, request.tool_version)
+            payload["replayedFrom"] = {"runId": recorded.run_id, "seq": recorded.seq}
+            events.append(NewEvent(EventType.TOOL_CALL_RESULT, payload, call_id))
+            self.ledger.append(run.id, events)
+            return result
+        entry = _Inflight(request.arguments_hash)
+        self._inflight[(name, key)] = entry
+        return entry
+
+    async def _approve(
+        self,
+        run: Run,
+        request: ToolCallRequest,
+        tool: RegisteredTool,
+        decision: Decision,
+        events: list[NewEvent],
+    ) -> Decision:
+        """Hold the call for approval: APPROVAL_REQUESTED, then the approver's answer."""
+        held = ApprovalRequest(
+            run_id=run.id,
+            tool_call_id=request.tool_call_id,
+            tool_name=tool.name,
+            tool_version=tool.definition.version,
+            arguments=request.arguments or {},
+            reasons=decision.approval_reasons,
+        )
+        events.append(NewEvent(EventType.APPROVAL_REQUESTED, held.to_dict(), request.tool_call_id))
+        self.ledger.append(run.id, events)
+        events.clear()
+        if self.approver is None:
+            return Decision(
+                False,
+                ErrorCode.APPROVAL_REQUIRED,
+                _approval_required_message(tool.name),
+            )
+        try:
+            answer = await ask(self.approver, held)
+        except Exception as exc:  # noqa: BLE001 - a broken approver must not approve
+            answer = ApprovalDecision(False, "error", f"approver failed: {type(exc).__name__}")
+        kind = EventType.APPROVAL_GRANTED if answer.approved else EventType.APPROVAL_DENIED
+        events.append(
+            NewEvent(
+                kind,
+                {"approver": answer.approver, "note": answer.note[:500]},
+                request.tool_call_id,
+            )
+        )
+        if not answer.approved:
+            return Decision(
+                False,
+                ErrorCode.APPROVAL_REJECTED,
+                ToolCallResult.from_code(
+                    "", ErrorCode.APPROVAL_REJECTED, tool=tool.name
+                ).safe_message,
+            )
+        return decision
+
+    def _unknown(self, run: Run, name: str, version: str | None) -> ToolCallResult:
+        call_id = ""
+        versions = self.registry.versions(name)
+        if versions and version is not None:
+            return ToolCallResult.from_code(
+                call_id,
+                ErrorCode.UNKNOWN_VERSION,
+                tool=_short(name),
+                version=_short(version),
+                available=", ".join(versions),
+            )
+        return ToolCallResult.from_code(
+            call_id, ErrorCode.UNKNOWN_TOOL, tool=_short(name), available=self._names(run)
+        )
+
+    def _projection(self, run: Run) -> frozenset[str]:
+        key = (run.context, self._generation)
+        cached = run.projection_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        names = frozenset(d.name for d in self.list_available(run.context))
+        run.projection_cache = (key, names)
+        return names
+
+    def _is_exposed(self, run: Run, tool: RegisteredTool) -> bool:
+        if tool.name not in self._projection(run):
+            return False
+        return run.exposed is None or tool.name in run.exposed
+
+    def _names(self, run: Run) -> str:
+        names = self._projection(run)
+        if run.exposed is not None:
+            names = names & run.exposed.keys()
+        return ", ".join(sorted(names)) or "none"
+
+    def _load_configured_tools(self) -> None:
+        for module_name in self.config.tool_modules:
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as exc:
+                raise ConfigError(f"tools.modules: cannot import '{module_name}': {exc}") from exc
+            for value in vars(module).values():
+                if isinstance(value, FunctionTool):
+                    self.register(value)
+        for path in self.config.tool_definitions:
+            from toolkernel.definition import load_definitions
+
+            for definition in load_definitions(path):
+                if definition.execution_mode is ExecutionMode.NATIVE:
+                    raise DefinitionError(
+                        definition.name,
+                        "executionMode",
+                        "NATIVE tools are registered from Python modules (tools.modules)",
+                    )
+                self.register(definition)
+
+
+def _explanation(
+    tool: str, status: Status | None, code: ErrorCode | None, message: str
+) -> dict[str, Any]:
+    return {
+        "tool": _short(tool),
+        "outcome": str(status) if status else "ALLOWED",
+        "errorCode": str(code) if code else None,
+        "explanation": message,
+    }
+
+
+def _segments(registry: Registry, calls: Sequence[ToolCall]) -> list[tuple[bool, list[ToolCall]]]:
+    """Split a turn into parallel READ_ONLY runs and single exclusive calls, in order."""
+    segments: list[tuple[bool, list[ToolCall]]] = []
+    for call in calls:
+        tool = registry.find(call.tool_name, call.version)
+        exclusive = tool is not None and (
+            tool.definition.concurrency_group is not ConcurrencyGroup.READ_ONLY
+        )
+        if not exclusive and segments and not segments[-1][0]:
+            segments[-1][1].append(call)
+        else:
+            segments.append((exclusive, [call]))
+    return segments
+
+
+def _result_payload(
+    request: ToolCallRequest, result: ToolCallResult, version: str | None
+) -> dict[str, Any]:
+    return {
+        "toolName": request.tool_name,
+        "toolVersion": version,
+        "argumentsHash": request.arguments_hash,
+        "idempotencyKey": request.idempotency_key,
+        "result": result.to_dict(),
+    }
+
+
+def _settle(
+    inflight_map: dict[tuple[str, str], _Inflight],
+    request: ToolCallRequest,
+    inflight: _Inflight | None,
+    result: ToolCallResult,
+) -> None:
+    if inflight is None:
+        return
+    inflight.result = result
+    inflight_map.pop((request.tool_name, str(request.idempotency_key)), None)
+    inflight.done.set()
+
+
+def _no_adapter(definition: ToolDefinition) -> Decision:
+    from toolkernel.codes import safe_message
+
+    if definition.execution_mode in _SANDBOXED:
+        code = ErrorCode.SANDBOX_UNAVAILABLE
+    else:
+        code = ErrorCode.POLICY_ERROR
+    return Decision(False, code, safe_message(code, tool=definition.name))
+
+
+def _approval_required_message(tool: str) -> str:
+    from toolkernel.codes import safe_message
+
+    return safe_message(
+        ErrorCode.APPROVAL_REQUIRED,
+        tool=tool,
+        how="Ask the user to approve it (CLI: rerun with --approve; library: pass an approver).",
+    )
+
+
+def _open_ledger(config: Config) -> Ledger:
+    if config.ledger.backend == "sqlite":
+        return SqliteLedger(config.ledger_path, synchronous=config.ledger.synchronous)
+    raise ConfigError(
+        "ledger.backend: the 'postgres' backend is not available in this version; use 'sqlite'"
+    )
+
+
+def _short(text: str, limit: int = 64) -> str:
+    clean = "".join(c if c.isprintable() else "?" for c in text)
+    return clean if len(clean) <= limit else clean[: limit - 1] + "…"
+
+
+__all__ += ["CancellationToken"]

@@ -1,0 +1,139 @@
+"""After dispatch: normalize → artifactize → redact, a chain of plain callables.
+
+Each stage takes an ``Outcome`` and the ``Finishing`` context and returns an Outcome.
+The chain is data (``DEFAULT_CHAIN``) so that later stages can be added, but the
+kernel always runs it between dispatch and the RESULT event.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from toolkernel.artifacts import ArtifactStore
+from toolkernel.calls import RedactionNotice
+from toolkernel.canonical import canonical_json
+from toolkernel.codes import ErrorCode, Status, safe_message
+from toolkernel.dispatch import Outcome
+from toolkernel.redaction import Redactor
+from toolkernel.registry import RegisteredTool
+
+__all__ = [
+    "DEFAULT_CHAIN",
+    "Finishing",
+    "Processor",
+    "artifactize",
+    "normalize",
+    "redact",
+    "shrink",
+]
+
+
+@dataclass(slots=True)
+class Finishing:
+    """What the post-processing stages need to know about the call."""
+
+    tool: RegisteredTool
+    tool_call_id: str
+    artifacts: ArtifactStore
+    redactor: Redactor
+    redactions: list[RedactionNotice] = field(default_factory=list)
+
+
+Processor = Callable[[Outcome, Finishing], Outcome]
+
+
+def normalize(outcome: Outcome, fin: Finishing) -> Outcome:
+    """Make the output plain JSON and hold it to the tool's output schema."""
+    name = fin.tool.name
+    try:
+        outcome.output = json.loads(canonical_json(outcome.output))
+    except (TypeError, ValueError):
+        return _contract_violation(outcome, fin, "output is not JSON-serializable")
+    validator = fin.tool.output_validator
+    if (
+        validator is not None
+        and outcome.status in (Status.SUCCEEDED, Status.PARTIAL)
+        and not validator.is_valid(outcome.output)
+    ):
+        errors = validator.errors(outcome.output, limit=3)
+        return _contract_violation(outcome, fin, "; ".join(e.message[:200] for e in errors))
+    if not outcome.message:
+        outcome.message = f"{name} succeeded." if outcome.status is Status.SUCCEEDED else ""
+    return outcome
+
+
+def _contract_violation(outcome: Outcome, fin: Finishing, why: str) -> Outcome:
+    internal = {**outcome.internal, "contractViolation": why}
+    return Outcome(
+        Status.FAILED,
+        ErrorCode.OUTPUT_CONTRACT_VIOLATION,
+        safe_message(ErrorCode.OUTPUT_CONTRACT_VIOLATION, tool=fin.tool.name),
+        attempts=outcome.attempts,
+        duration_ms=outcome.duration_ms,
+        internal=internal,
+    )
+
+
+def artifactize(outcome: Outcome, fin: Finishing) -> Outcome:
+    """Keep the full output as an artifact when it exceeds the projection budget."""
+    budget = fin.tool.definition.output_contract.max_bytes
+    encoded = canonical_json(outcome.output)
+    if len(encoded) <= budget:
+        return outcome
+    ref = fin.artifacts.put(
+        encoded,
+        media_type="application/json",
+        description=f"Full output of {fin.tool.name}",
+        producer=fin.tool_call_id,
+    )
+    outcome.artifacts = (*outcome.artifacts, ref)
+    outcome.output = shrink(outcome.output, budget)
+    if outcome.status is Status.SUCCEEDED:
+        outcome.status = Status.PARTIAL
+        outcome.code = ErrorCode.OUTPUT_TRUNCATED
+        outcome.message = safe_message(
+            ErrorCode.OUTPUT_TRUNCATED, summary=outcome.message, artifact=ref.id
+        )
+    return outcome
+
+
+def redact(outcome: Outcome, fin: Finishing) -> Outcome:
+    """Mask secrets and host paths in everything the model will see."""
+    for where in ("message", "output"):
+        counts: Counter[str] = Counter()
+        setattr(outcome, where, fin.redactor.redact(getattr(outcome, where), counts))
+        label = "safeMessage" if where == "message" else "structuredOutput"
+        fin.redactions.extend(
+            RedactionNotice(kind, count, label) for kind, count in sorted(counts.items())
+        )
+    return outcome
+
+
+DEFAULT_CHAIN: Final[Sequence[Processor]] = (normalize, artifactize, redact)
+
+_LEVELS: Final = ((2000, 100), (500, 50), (200, 20), (80, 10), (20, 3), (8, 1))
+
+
+def shrink(value: Any, max_bytes: int) -> Any:
+    """A bounded copy of a JSON value: long strings and lists cut, level by level."""
+    for text_limit, item_limit in _LEVELS:
+        candidate = _cut(value, text_limit, item_limit)
+        if len(canonical_json(candidate)) <= max_bytes:
+            return candidate
+    return None
+
+
+def _cut(value: Any, text_limit: int, item_limit: int) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= text_limit else value[:text_limit] + "…[truncated]"
+    if isinstance(value, list):
+        return [_cut(v, text_limit, item_limit) for v in value[:item_limit]]
+    if isinstance(value, dict):
+        return {
+            k: _cut(v, text_limit, item_limit) for k, v in list(value.items())[: item_limit * 2]
+        }
+    return value

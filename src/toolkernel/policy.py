@@ -1,0 +1,316 @@
+"""Authorization: may this run make this (valid) call now?
+
+Separate from validation: validation asks whether the arguments are well-formed;
+``authorize`` asks whether the run's task scope, permission profile, run state, path
+lists, network policy, approval rules, safety profile, budget and rate limits allow
+the call. Its ``Decision`` carries ``allowed``, ``reasonCode``, ``safeMessage`` and
+``requiresApproval``. Any error while evaluating denies (fail closed).
+
+Rule precedence: deny beats ask beats audit beats allow. An explicit ``allow`` rule
+waives the approval the safety profile would ask for, never a permission, path,
+network, budget or rate check.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from fnmatch import fnmatchcase
+from functools import lru_cache
+from typing import Any, Final
+
+from toolkernel.codes import ErrorCode, safe_message
+from toolkernel.context import RunContext, RunState, VerificationStatus
+from toolkernel.definition import ExecutionMode, Permissions, ToolDefinition
+from toolkernel.globs import GlobSet, compile_globs
+
+__all__ = [
+    "Action",
+    "ApprovalDefaults",
+    "Budget",
+    "Decision",
+    "Policy",
+    "PolicyRule",
+    "RateLimit",
+    "UsageMeter",
+    "authorize",
+]
+
+
+class Action(StrEnum):
+    ALLOW = "allow"
+    ASK = "ask"
+    DENY = "deny"
+    AUDIT = "audit"
+
+
+BUILTIN_PROFILES: Final[dict[str, Permissions]] = {
+    "read-only": Permissions(read_workspace=True),
+    "workspace-write": Permissions(read_workspace=True, write_workspace=True),
+    "developer": Permissions(read_workspace=True, write_workspace=True, execute_command=True),
+    "full": Permissions(
+        read_workspace=True, write_workspace=True, execute_command=True, network=True
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRule:
+    """Applies ``action`` to the tools matching ``tools`` when every given condition holds."""
+
+    tools: tuple[str, ...]
+    action: Action
+    states: frozenset[RunState] | None = None
+    profiles: frozenset[str] | None = None
+    verification: frozenset[VerificationStatus] | None = None
+    reason: str = ""
+
+    def applies(self, tool_name: str, ctx: RunContext) -> bool:
+        return (
+            any(fnmatchcase(tool_name, pattern) for pattern in self.tools)
+            and (self.states is None or ctx.run_state in self.states)
+            and (self.profiles is None or ctx.profile in self.profiles)
+            and (self.verification is None or ctx.verification in self.verification)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    calls: int
+    per_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """Per-run limits on total cost and on the number of dispatched calls."""
+
+    max_cost: float | None = None
+    max_calls: int | None = None
+    default_cost: float = 1.0
+    costs: Mapping[str, float] = field(default_factory=dict)
+
+    def cost_of(self, tool_name: str) -> float:
+        for pattern, cost in self.costs.items():
+            if fnmatchcase(tool_name, pattern):
+                return cost
+        return self.default_cost
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalDefaults:
+    """What the safety profile alone asks for, before any rule."""
+
+    destructive: Action = Action.ASK
+    external: Action = Action.ASK
+    mutating: Action = Action.ALLOW
+    execute: Action = Action.ALLOW
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    profiles: Mapping[str, Permissions] = field(default_factory=lambda: dict(BUILTIN_PROFILES))
+    network: Action = Action.DENY
+    write_scope: tuple[str, ...] = ()
+    path_allow: tuple[str, ...] = ()
+    path_deny: tuple[str, ...] = ()
+    approval: ApprovalDefaults = field(default_factory=ApprovalDefaults)
+    rules: tuple[PolicyRule, ...] = ()
+    budget: Budget = field(default_factory=Budget)
+    rate_limits: Mapping[str, RateLimit] = field(default_factory=dict)
+
+    def granted(self, profile: str) -> Permissions:
+        """The permissions of a profile.
+
+        Raises:
+            KeyError: the run names a profile the policy does not define.
+        """
+        return self.profiles[profile]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The authorizer's answer for one call."""
+
+    allowed: bool
+    reason_code: ErrorCode | None = None
+    safe_message: str = ""
+    requires_approval: bool = False
+    audit: bool = False
+    cost: float = 0.0
+    approval_reasons: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "allowed": self.allowed,
+            "reasonCode": str(self.reason_code) if self.reason_code else None,
+            "safeMessage": self.safe_message,
+            "requiresApproval": self.requires_approval,
+            "audit": self.audit,
+            "approvalReasons": list(self.approval_reasons),
+        }
+
+
+class UsageMeter:
+    """What a run has spent so far: cost, dispatched calls, and recent calls per tool."""
+
+    def __init__(self, clock: Any = time.monotonic) -> None:
+        self.cost = 0.0
+        self.calls = 0
+        self._clock = clock
+        self._recent: dict[str, deque[float]] = {}
+
+    def recent_calls(self, key: str, window_s: float) -> int:
+        stamps = self._recent.get(key)
+        if not stamps:
+            return 0
+        horizon = self._clock() - window_s
+        while stamps and stamps[0] <= horizon:
+            stamps.popleft()
+        return len(stamps)
+
+    def charge(self, tool_name: str, cost: float, rate_keys: Sequence[str]) -> None:
+        """Record a dispatched call."""
+        self.cost += cost
+        self.calls += 1
+        now = self._clock()
+        for key in rate_keys:
+            self._recent.setdefault(key, deque()).append(now)
+
+
+def _deny(code: ErrorCode, **fields: object) -> Decision:
+    return Decision(False, code, safe_message(code, **fields))
+
+
+def authorize(
+    policy: Policy,
+    definition: ToolDefinition,
+    ctx: RunContext,
+    meter: UsageMeter,
+    *,
+    paths: Sequence[str] = (),
+) -> Decision:
+    """Decide whether ``definition`` may run now with the given workspace ``paths``.
+
+    Never raises: a policy that cannot be evaluated denies with POLICY_ERROR.
+    """
+    try:
+        return _authorize(policy, definition, ctx, meter, paths)
+    except Exception:  # noqa: BLE001 - fail closed is the contract at this boundary
+        return _deny(ErrorCode.POLICY_ERROR, tool=definition.name)
+
+
+def _authorize(
+    policy: Policy,
+    d: ToolDefinition,
+    ctx: RunContext,
+    meter: UsageMeter,
+    paths: Sequence[str],
+) -> Decision:
+    name = d.name
+    rules = [rule for rule in policy.rules if rule.applies(name, ctx)]
+    for rule in rules:
+        if rule.action is Action.DENY:
+            if rule.states is not None:
+                return _deny(
+                    ErrorCode.RUN_STATE_DENIED, tool=name, state=ctx.run_state, hint=rule.reason
+                )
+            return _deny(ErrorCode.POLICY_DENIED, tool=name, hint=rule.reason)
+
+    granted = policy.granted(ctx.profile)
+    needs_network = d.permissions.network or d.safety.external
+    missing = [p for p in d.permissions.missing_from(granted) if p != "network"]
+    if missing:
+        return _deny(ErrorCode.PERMISSION_DENIED, tool=name, need=", ".join(missing))
+    if needs_network and (policy.network is Action.DENY or not granted.network):
+        return _deny(ErrorCode.NETWORK_NOT_ALLOWED, tool=name)
+
+    denied = _path_problem(policy, d, ctx, paths)
+    if denied is not None:
+        return denied
+
+    approval_reasons = _approval_reasons(policy, d, rules, needs_network)
+    audit = any(rule.action is Action.AUDIT for rule in rules)
+
+    budget = policy.budget
+    cost = budget.cost_of(name)
+    if budget.max_cost is not None and meter.cost + cost > budget.max_cost:
+        return _deny(ErrorCode.BUDGET_EXCEEDED, tool=name, budget="cost")
+    if budget.max_calls is not None and meter.calls + 1 > budget.max_calls:
+        return _deny(ErrorCode.BUDGET_EXCEEDED, tool=name, budget="call")
+    for pattern, limit in policy.rate_limits.items():
+        if fnmatchcase(name, pattern) and meter.recent_calls(pattern, limit.per_seconds) >= (
+            limit.calls
+        ):
+            return _deny(
+                ErrorCode.RATE_LIMITED, tool=name, limit=limit.calls, window=limit.per_seconds
+            )
+    return Decision(
+        allowed=True,
+        requires_approval=bool(approval_reasons),
+        audit=audit,
+        cost=cost,
+        approval_reasons=tuple(approval_reasons),
+    )
+
+
+def rate_keys(policy: Policy, tool_name: str) -> list[str]:
+    """The rate-limit patterns a call of ``tool_name`` counts against."""
+    return [pattern for pattern in policy.rate_limits if fnmatchcase(tool_name, pattern)]
+
+
+def _path_problem(
+    policy: Policy, d: ToolDefinition, ctx: RunContext, paths: Sequence[str]
+) -> Decision | None:
+    if not paths:
+        return None
+    deny = _globs(policy.path_deny)
+    allow = _globs(policy.path_allow) if policy.path_allow else None
+    for path in paths:
+        if deny.matches(path) or (allow is not None and not allow.matches(path)):
+            return _deny(ErrorCode.PATH_DENIED, tool=d.name, path=_short(path))
+    writes = d.permissions.write_workspace or d.execution_mode is ExecutionMode.SANDBOX_WRITE
+    scope_patterns = ctx.write_scope or policy.write_scope
+    if writes and scope_patterns:
+        scope = _globs(scope_patterns)
+        for path in paths:
+            if not scope.matches(path):
+                return _deny(ErrorCode.WRITE_SCOPE_DENIED, tool=d.name, path=_short(path))
+    return None
+
+
+def _approval_reasons(
+    policy: Policy, d: ToolDefinition, rules: Sequence[PolicyRule], needs_network: bool
+) -> list[str]:
+    if any(rule.action is Action.ASK for rule in rules):
+        return [
+            rule.reason or "a policy rule asks for approval"
+            for rule in rules
+            if rule.action is Action.ASK
+        ]
+    reasons = []
+    if needs_network and policy.network is Action.ASK:
+        reasons.append("it uses the network")
+    if any(rule.action is Action.ALLOW for rule in rules):
+        return reasons  # an explicit allow waives the safety-profile defaults below
+    defaults = policy.approval
+    if d.safety.destructive and defaults.destructive is Action.ASK:
+        reasons.append("it is destructive")
+    if d.safety.external and defaults.external is Action.ASK:
+        reasons.append("it acts outside the workspace")
+    if d.safety.mutating and defaults.mutating is Action.ASK:
+        reasons.append("it changes the workspace")
+    if d.permissions.execute_command and defaults.execute is Action.ASK:
+        reasons.append("it runs a command")
+    return reasons
+
+
+@lru_cache(maxsize=128)
+def _globs(patterns: tuple[str, ...]) -> GlobSet:
+    return compile_globs(patterns)
+
+
+def _short(path: str, limit: int = 120) -> str:
+    return path if len(path) <= limit else path[: limit - 1] + "…"

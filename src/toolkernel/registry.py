@@ -1,0 +1,144 @@
+"""The registry: tools by name and version, each schema compiled once at registration."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from toolkernel.definition import ExecutionMode, ToolDefinition
+from toolkernel.errors import DefinitionError
+from toolkernel.functions import FunctionTool
+from toolkernel.schema import CompiledSchema, compile_schema
+
+__all__ = ["RegisteredTool", "Registry", "version_key"]
+
+PATH_FORMAT = "workspace-path"
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredTool:
+    """A definition ready to be called: compiled validators and its implementation."""
+
+    definition: ToolDefinition
+    validator: CompiledSchema
+    output_validator: CompiledSchema | None
+    handler: Callable[..., Any] | None
+    context_parameter: str | None
+    takes_paths: bool
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    @property
+    def is_async(self) -> bool:
+        return self.handler is not None and inspect.iscoroutinefunction(self.handler)
+
+
+def version_key(version: str) -> tuple[tuple[int, int | str], ...]:
+    """Order versions numerically where they are numbers: 1.10 > 1.9 > 1.9-rc."""
+    parts = re.split(r"[.+_-]", version)
+    return tuple((1, int(p)) if p.isdigit() else (0, p) for p in parts)
+
+
+class Registry:
+    """Tools by name; several versions side by side; no version means the newest."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, dict[str, RegisteredTool]] = {}
+
+    def register(
+        self,
+        tool: FunctionTool | ToolDefinition | Mapping[str, Any],
+        handler: Callable[..., Any] | None = None,
+        *,
+        context_parameter: str | None = None,
+        replace: bool = False,
+    ) -> RegisteredTool:
+        """Register a tool.
+
+        Args:
+            tool: a ``@tool`` function, a definition, or a definition's camelCase mapping.
+            handler: the implementation of a NATIVE definition given as data.
+            context_parameter: the handler's parameter that receives the ToolContext.
+            replace: allow replacing an existing (name, version).
+
+        Raises:
+            DefinitionError: the definition is invalid, already registered, or a NATIVE
+                tool has no implementation.
+        """
+        if isinstance(tool, FunctionTool):
+            definition, handler = tool.definition, tool.function
+            context_parameter = tool.context_parameter
+        elif isinstance(tool, ToolDefinition):
+            definition = tool
+        else:
+            definition = ToolDefinition.from_dict(tool)
+        if definition.execution_mode is ExecutionMode.NATIVE and handler is None:
+            raise DefinitionError(
+                definition.name, "executionMode", "a NATIVE tool needs a Python implementation"
+            )
+        versions = self._tools.setdefault(definition.name, {})
+        if definition.version in versions and not replace:
+            raise DefinitionError(
+                definition.name,
+                "version",
+                f"version {definition.version} is already registered",
+            )
+        schema = definition.output_contract.schema
+        registered = RegisteredTool(
+            definition=definition,
+            validator=compile_schema(definition.input_schema, check_schema=False),
+            output_validator=compile_schema(schema) if schema is not None else None,
+            handler=handler,
+            context_parameter=context_parameter,
+            takes_paths=_mentions_path_format(definition.input_schema),
+        )
+        versions[definition.version] = registered
+        return registered
+
+    def unregister(self, name: str, version: str | None = None) -> None:
+        """Remove one version, or every version when ``version`` is None."""
+        versions = self._tools.get(name, {})
+        if version is None:
+            versions.clear()
+        else:
+            versions.pop(version, None)
+        if not versions:
+            self._tools.pop(name, None)
+
+    def find(self, name: str, version: str | None = None) -> RegisteredTool | None:
+        """The named version, or the newest one when ``version`` is None."""
+        versions = self._tools.get(name)
+        if not versions:
+            return None
+        if version is not None:
+            return versions.get(version)
+        return versions[max(versions, key=version_key)]
+
+    def versions(self, name: str) -> list[str]:
+        return sorted(self._tools.get(name, {}), key=version_key)
+
+    def latest(self) -> list[RegisteredTool]:
+        """The newest version of every tool, sorted by name."""
+        return [tool for name in sorted(self._tools) if (tool := self.find(name)) is not None]
+
+    def __iter__(self) -> Iterator[RegisteredTool]:
+        for name in sorted(self._tools):
+            yield from self._tools[name].values()
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._tools.values())
+
+
+def _mentions_path_format(schema: Any) -> bool:
+    if isinstance(schema, Mapping):
+        if schema.get("format") == PATH_FORMAT:
+            return True
+        return any(_mentions_path_format(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_mentions_path_format(v) for v in schema)
+    return False

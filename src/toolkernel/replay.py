@@ -1,0 +1,111 @@
+"""Replay: rebuild a run's tool exchanges from the ledger alone, and serve them again.
+
+``exchanges`` pairs every TOOL_CALL_REQUEST with its TOOL_CALL_RESULT, in ledger
+order, giving the tool messages the model saw. ``RecordedResults`` plugs into a
+``Kernel(recorded=...)``: calls still go through validation and authorization, but
+dispatch returns the recorded result for the same tool and arguments instead of
+running the tool again.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from toolkernel.calls import ToolCallRequest, ToolCallResult
+from toolkernel.codes import ErrorCode, Status
+from toolkernel.dispatch import Outcome
+from toolkernel.ledger import EventType, Ledger
+
+__all__ = ["Exchange", "RecordedResults", "exchanges"]
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """One call as the ledger recorded it: what was proposed and what the model got."""
+
+    tool_call_id: str
+    tool_name: str
+    arguments: Any
+    arguments_hash: str
+    dispatched: bool
+    result: ToolCallResult
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "toolCallId": self.tool_call_id,
+            "toolName": self.tool_name,
+            "arguments": self.arguments,
+            "dispatched": self.dispatched,
+            "projection": self.result.projection(),
+        }
+
+
+def exchanges(ledger: Ledger, run_id: str) -> list[Exchange]:
+    """Every completed call of the run, in the order the ledger recorded the requests."""
+    requests: dict[str, dict[str, Any]] = {}
+    started: set[str] = set()
+    order: list[str] = []
+    results: dict[str, ToolCallResult] = {}
+    for event in ledger.events(run_id):
+        call_id = event.tool_call_id
+        if call_id is None:
+            continue
+        if event.type is EventType.TOOL_CALL_REQUEST:
+            requests[call_id] = event.payload
+            order.append(call_id)
+        elif event.type is EventType.TOOL_CALL_STARTED:
+            started.add(call_id)
+        elif event.type is EventType.TOOL_CALL_RESULT:
+            results[call_id] = ToolCallResult.from_dict(event.payload["result"])
+    return [
+        Exchange(
+            tool_call_id=call_id,
+            tool_name=str(requests[call_id]["toolName"]),
+            arguments=requests[call_id].get("arguments"),
+            arguments_hash=str(requests[call_id]["argumentsHash"]),
+            dispatched=call_id in started,
+            result=results[call_id],
+        )
+        for call_id in order
+        if call_id in results
+    ]
+
+
+class RecordedResults:
+    """Recorded results, served first-in first-out per (tool, arguments hash)."""
+
+    def __init__(self, recorded: Iterable[Exchange]) -> None:
+        self._queues: dict[tuple[str, str], deque[ToolCallResult]] = defaultdict(deque)
+        for exchange in recorded:
+            if exchange.dispatched:
+                key = (exchange.tool_name, exchange.arguments_hash)
+                self._queues[key].append(exchange.result)
+
+    @classmethod
+    def from_ledger(cls, ledger: Ledger, run_id: str) -> RecordedResults:
+        return cls(exchanges(ledger, run_id))
+
+    def take(self, request: ToolCallRequest) -> Outcome:
+        """The next recorded outcome for this call, or FAILED/NOT_FOUND."""
+        queue = self._queues.get((request.tool_name, request.arguments_hash))
+        if not queue:
+            return Outcome(
+                Status.FAILED,
+                ErrorCode.NOT_FOUND,
+                f"No recorded result exists for this call of {request.tool_name}; "
+                "replay serves only calls that ran in the recorded run.",
+            )
+        recorded = queue.popleft()
+        return Outcome(
+            recorded.status,
+            recorded.error_code,
+            recorded.safe_message,
+            output=recorded.structured_output,
+            artifacts=recorded.artifacts,
+            retryable=recorded.retryable,
+            attempts=recorded.usage.attempts,
+            internal={"replayedFrom": recorded.tool_call_id},
+        )

@@ -1,0 +1,112 @@
+"""A run: one agent task's mutable state inside the kernel.
+
+It holds the run's context (state, profile, verification, approval), its cancellation
+token, what it has spent, the notes ``memory.read`` serves, what was last exposed to
+the model, and the lock that keeps non-read-only calls one at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from toolkernel.cancel import CancellationToken
+from toolkernel.codes import ErrorCode
+from toolkernel.context import RunContext
+from toolkernel.policy import UsageMeter
+
+__all__ = ["Run", "ToolCall"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A model's proposal, before the runtime has looked at it.
+
+    ``arguments`` may be the provider's raw JSON text (bounded before parsing) or an
+    already-decoded mapping.
+    """
+
+    tool_name: str
+    arguments: str | bytes | Mapping[str, Any] | None = None
+    tool_call_id: str | None = None
+    version: str | None = None
+    idempotency_key: str | None = None
+    step_id: str | None = None
+    trace_context: str | None = None
+    requested_by: str = "model"
+
+
+class Run:
+    """Mutable per-run state; create it with ``Kernel.start_run``."""
+
+    def __init__(self, context: RunContext, *, max_parallel_reads: int) -> None:
+        self._context = context
+        self.token = CancellationToken()
+        self.meter = UsageMeter()
+        self.notes: dict[str, str] = {}
+        self.exposed: dict[str, str] | None = None
+        self.shown_hashes: set[str] = set()
+        self.reads = anyio.Semaphore(max_parallel_reads)
+        self.gate = _ReadWriteGate()
+        self.calls: dict[str, CancellationToken] = {}
+        self.projection_cache: tuple[Any, frozenset[str]] | None = None
+
+    @property
+    def id(self) -> str:
+        return self._context.run_id
+
+    @property
+    def context(self) -> RunContext:
+        return self._context
+
+    def update(self, **changes: Any) -> RunContext:
+        """Move the run along (``run_state=RunState.EDITING``, ``verification=…``)."""
+        self._context = self._context.evolve(**changes)
+        return self._context
+
+    def remember(self, key: str, value: str) -> None:
+        """Keep a note that ``memory.read`` returns to the model."""
+        self.notes[key] = value
+
+    def cancel(self, reason: ErrorCode = ErrorCode.USER_CANCELLED) -> None:
+        """Cancel every call in flight in this run, and every later one."""
+        self.token.cancel(reason)
+
+    def cancel_call(self, tool_call_id: str, reason: ErrorCode = ErrorCode.USER_CANCELLED) -> bool:
+        """Cancel one call in flight; False when no such call is running."""
+        token = self.calls.get(tool_call_id)
+        if token is None:
+            return False
+        token.cancel(reason)
+        return True
+
+
+class _ReadWriteGate:
+    """Many readers or one writer, for the calls of one run."""
+
+    def __init__(self) -> None:
+        self._readers = 0
+        self._writer = False
+        self._changed = anyio.Condition()
+
+    async def acquire(self, exclusive: bool) -> None:
+        async with self._changed:
+            if exclusive:
+                while self._writer or self._readers:
+                    await self._changed.wait()
+                self._writer = True
+            else:
+                while self._writer:
+                    await self._changed.wait()
+                self._readers += 1
+
+    async def release(self, exclusive: bool) -> None:
+        async with self._changed:
+            if exclusive:
+                self._writer = False
+            else:
+                self._readers -= 1
+            self._changed.notify_all()

@@ -1,0 +1,370 @@
+"""Section 24: authorization cases, approval, budgets, rate limits, fail-closed."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from toolkernel.codes import ErrorCode, Status
+from toolkernel.context import RunState, VerificationStatus
+from toolkernel.ledger import EventType
+from toolkernel.policy import Action, Policy, PolicyRule, UsageMeter, authorize
+from toolkernel.testing import RecordingApprover, event_types
+
+pytestmark = pytest.mark.anyio
+
+WRITE_SCOPED = """
+[run]
+profile = "workspace-write"
+
+[policy]
+write_scope = ["src/**"]
+
+[[exposure]]
+tools = ["*"]
+"""
+
+
+async def test_write_outside_task_scope_is_denied(kernel_factory, calls):
+    kernel = kernel_factory(WRITE_SCOPED)
+    run = kernel.start_run()
+    result = await kernel.call(run, "file.write", {"path": "docs/notes.md", "text": "x"})
+    assert result.status is Status.DENIED
+    assert result.error_code is ErrorCode.WRITE_SCOPE_DENIED
+    assert "docs/notes.md" in result.safe_message
+    inside = await kernel.call(run, "file.write", {"path": "src/new.py", "text": "x"})
+    assert inside.status is Status.SUCCEEDED
+    assert calls.count == {"file.write": 1}
+
+
+async def test_run_level_write_scope_overrides_the_policy_default(kernel_factory):
+    kernel = kernel_factory(WRITE_SCOPED)
+    run = kernel.start_run(write_scope=("docs/**",))
+    assert (
+        await kernel.call(run, "file.write", {"path": "docs/a.md", "text": "x"})
+    ).status is Status.SUCCEEDED
+    denied = await kernel.call(run, "file.write", {"path": "src/a.py", "text": "x"})
+    assert denied.error_code is ErrorCode.WRITE_SCOPE_DENIED
+
+
+async def test_read_only_profile_cannot_write(kernel_factory, calls):
+    kernel = kernel_factory()  # default profile: read-only
+    run = kernel.start_run()
+    result = await kernel.call(run, "file.write", {"path": "src/a.py", "text": "x"})
+    # The tool is not even exposed to a read-only run (exposure honours the profile).
+    assert result.error_code is ErrorCode.TOOL_NOT_EXPOSED
+    assert calls.count == {}
+
+
+async def test_pr_create_before_the_verifier_passed_is_denied(kernel_factory, calls):
+    kernel = kernel_factory(
+        """
+        [run]
+        profile = "full"
+
+        [policy]
+        network = "allow"
+
+        [[policy.rules]]
+        tools = ["pr.*"]
+        action = "deny"
+        verification = ["UNKNOWN", "PENDING", "FAILED"]
+        reason = "Run the verifier first; pull requests open only after tests pass."
+
+        [[exposure]]
+        tools = ["*"]
+        """,
+        approver=RecordingApprover(),
+    )
+    run = kernel.start_run()
+    denied = await kernel.call(run, "pr.create", {"title": "Fix"})
+    assert denied.error_code is ErrorCode.POLICY_DENIED
+    assert "verifier first" in denied.safe_message
+    run.update(verification=VerificationStatus.PASSED)
+    allowed = await kernel.call(run, "pr.create", {"title": "Fix"})
+    assert allowed.status is Status.SUCCEEDED
+    assert calls.count == {"pr.create": 1}
+
+
+NETWORK_ASK = """
+[run]
+profile = "full"
+
+[policy]
+network = "ask"
+
+[[exposure]]
+tools = ["*"]
+"""
+
+
+async def test_network_tool_needs_approval_and_is_denied_without_an_approver(kernel_factory, calls):
+    kernel = kernel_factory(NETWORK_ASK)
+    run = kernel.start_run()
+    result = await kernel.call(run, "web.fetch", {"url": "https://example.org"})
+    assert result.status is Status.DENIED
+    assert result.error_code is ErrorCode.APPROVAL_REQUIRED
+    assert "--approve" in result.safe_message
+    types = event_types(kernel.ledger.events(run.id), result.tool_call_id)
+    assert types == [
+        EventType.TOOL_CALL_REQUEST,
+        EventType.APPROVAL_REQUESTED,
+        EventType.TOOL_CALL_RESULT,
+    ]
+    assert calls.count == {}
+
+
+async def test_network_tool_runs_after_approval_and_the_approver_sees_full_arguments(
+    kernel_factory, calls
+):
+    approver = RecordingApprover(approve=True)
+    kernel = kernel_factory(NETWORK_ASK, approver=approver)
+    run = kernel.start_run()
+    result = await kernel.call(run, "web.fetch", {"url": "https://example.org/a"})
+    assert result.status is Status.SUCCEEDED
+    (held,) = approver.requests
+    assert held.tool_name == "web.fetch"
+    assert held.arguments == {"url": "https://example.org/a"}
+    assert "it uses the network" in held.reasons
+    types = event_types(kernel.ledger.events(run.id), result.tool_call_id)
+    assert types == [
+        EventType.TOOL_CALL_REQUEST,
+        EventType.APPROVAL_REQUESTED,
+        EventType.APPROVAL_GRANTED,
+        EventType.TOOL_CALL_STARTED,
+        EventType.TOOL_CALL_RESULT,
+    ]
+
+
+async def test_network_denied_by_policy_is_refused(kernel_factory):
+    kernel = kernel_factory(
+        """
+        [run]
+        profile = "full"
+        [[exposure]]
+        tools = ["*"]
+        """
+    )
+    run = kernel.start_run()
+    result = await kernel.call(run, "web.fetch", {"url": "https://example.org"})
+    assert result.error_code is ErrorCode.NETWORK_NOT_ALLOWED
+    assert "Network access is not allowed" in result.safe_message
+
+
+async def test_destructive_tool_needs_approval_and_a_refusal_is_recorded(kernel_factory, calls):
+    approver = RecordingApprover(approve=False)
+    kernel = kernel_factory(
+        """
+        [run]
+        profile = "workspace-write"
+        [[exposure]]
+        tools = ["*"]
+        """,
+        approver=approver,
+    )
+    run = kernel.start_run()
+    result = await kernel.call(run, "repo.reset", {})
+    assert result.error_code is ErrorCode.APPROVAL_REJECTED
+    assert approver.requests[0].reasons == ("it is destructive",)
+    types = event_types(kernel.ledger.events(run.id), result.tool_call_id)
+    assert EventType.APPROVAL_DENIED in types
+    assert EventType.TOOL_CALL_STARTED not in types
+    assert calls.count == {}
+
+
+async def test_an_approver_that_raises_does_not_approve(kernel_factory, calls):
+    def broken(_request):
+        raise RuntimeError("approval service down")
+
+    kernel = kernel_factory(
+        """
+        [run]
+        profile = "workspace-write"
+        [[exposure]]
+        tools = ["*"]
+        """,
+        approver=broken,
+    )
+    run = kernel.start_run()
+    result = await kernel.call(run, "repo.reset", {})
+    assert result.error_code is ErrorCode.APPROVAL_REJECTED
+    assert calls.count == {}
+
+
+async def test_run_state_rule_denies_with_its_own_code(kernel_factory):
+    kernel = kernel_factory(
+        """
+        [[policy.rules]]
+        tools = ["repo.lookup"]
+        action = "deny"
+        states = ["PLANNING"]
+        reason = "Plan first, then search."
+
+        [[exposure]]
+        tools = ["*"]
+        """
+    )
+    run = kernel.start_run()
+    result = await kernel.call(run, "repo.lookup", {"query": "x"})
+    assert result.error_code is ErrorCode.RUN_STATE_DENIED
+    run.update(run_state=RunState.EDITING)
+    assert (await kernel.call(run, "repo.lookup", {"query": "x"})).status is Status.SUCCEEDED
+
+
+async def test_path_deny_list_is_enforced(kernel_factory):
+    kernel = kernel_factory(
+        """
+        [policy]
+        path_deny = ["docs/**"]
+        [[exposure]]
+        tools = ["*"]
+        """
+    )
+    run = kernel.start_run()
+    result = await kernel.call(run, "file.peek", {"path": "docs/notes.md"})
+    assert result.error_code is ErrorCode.PATH_DENIED
+    assert (await kernel.call(run, "file.peek", {"path": "src/app.py"})).status is Status.SUCCEEDED
+
+
+async def test_path_allow_list_limits_reads(kernel_factory):
+    kernel = kernel_factory(
+        """
+        [policy]
+        path_allow = ["src/**"]
+        [[exposure]]
+        tools = ["*"]
+        """
+    )
+    run = kernel.start_run()
+    assert (await kernel.call(run, "file.peek", {"path": "docs/notes.md"})).error_code is (
+        ErrorCode.PATH_DENIED
+    )
+
+
+async def test_cost_budget_per_run_is_enforced(kernel_factory, calls):
+    kernel = kernel_factory(
+        """
+        [budget]
+        max_cost = 5
+        [budget.costs]
+        "repo.lookup" = 2
+        [[exposure]]
+        tools = ["*"]
+        """
+    )
+    run = kernel.start_run()
+    statuses = [
+        (await kernel.call(run, "repo.lookup", {"query": str(i)})).error_code for i in range(3)
+    ]
+    assert statuses == [None, None, ErrorCode.BUDGET_EXCEEDED]
+    assert calls.count == {"repo.lookup": 2}
+    other_run = kernel.start_run()
+    assert (await kernel.call(other_run, "repo.lookup", {"query": "x"})).status is Status.SUCCEEDED
+
+
+async def test_refused_calls_do_not_spend_the_budget(kernel_factory):
+    kernel = kernel_factory(
+        """
+        [budget]
+        max_calls = 1
+        [[exposure]]
+        tools = ["*"]
+        """
+    )
+    run = kernel.start_run()
+    await kernel.call(run, "repo.lookup", {"bad": 1})
+    assert (await kernel.call(run, "repo.lookup", {"query": "x"})).status is Status.SUCCEEDED
+    assert (await kernel.call(run, "repo.lookup", {"query": "y"})).error_code is (
+        ErrorCode.BUDGET_EXCEEDED
+    )
+
+
+async def test_rate_limit_per_tool_is_retryable(kernel_factory):
+    kernel = kernel_factory(
+        """
+        [rate_limits."repo.*"]
+        calls = 2
+        per_seconds = 60
+        [[exposure]]
+        tools = ["*"]
+        """
+    )
+    run = kernel.start_run()
+    results = [await kernel.call(run, "repo.lookup", {"query": str(i)}) for i in range(3)]
+    assert [r.status for r in results] == [Status.SUCCEEDED, Status.SUCCEEDED, Status.DENIED]
+    assert results[2].error_code is ErrorCode.RATE_LIMITED
+    assert results[2].retryable is True
+    assert (await kernel.call(run, "file.peek", {"path": "src/app.py"})).status is Status.SUCCEEDED
+
+
+def test_rate_window_slides():
+    now = [0.0]
+    meter = UsageMeter(clock=lambda: now[0])
+    meter.charge("a.b", 1, ["a.*"])
+    meter.charge("a.b", 1, ["a.*"])
+    assert meter.recent_calls("a.*", 10) == 2
+    now[0] = 10.5
+    assert meter.recent_calls("a.*", 10) == 0
+
+
+async def test_audit_rule_allows_and_flags_for_review(kernel_factory):
+    kernel = kernel_factory(
+        """
+        [[policy.rules]]
+        tools = ["repo.lookup"]
+        action = "audit"
+        [[exposure]]
+        tools = ["*"]
+        """
+    )
+    run = kernel.start_run()
+    result = await kernel.call(run, "repo.lookup", {"query": "x"})
+    assert result.status is Status.SUCCEEDED
+    events = [e for e in kernel.ledger.events(run.id) if e.tool_call_id == result.tool_call_id]
+    started = next(e for e in events if e.type is EventType.TOOL_CALL_STARTED)
+    final = next(e for e in events if e.type is EventType.TOOL_CALL_RESULT)
+    assert started.payload["flaggedForReview"] is True
+    assert final.payload["flaggedForReview"] is True
+
+
+async def test_explicit_allow_rule_waives_safety_approval(kernel_factory, calls):
+    kernel = kernel_factory(
+        """
+        [run]
+        profile = "workspace-write"
+        [[policy.rules]]
+        tools = ["repo.reset"]
+        action = "allow"
+        [[exposure]]
+        tools = ["*"]
+        """
+    )
+    run = kernel.start_run()
+    assert (await kernel.call(run, "repo.reset", {})).status is Status.SUCCEEDED
+
+
+def test_policy_that_cannot_be_evaluated_denies(kernel_factory):
+    kernel = kernel_factory()
+    tool = kernel.registry.find("repo.lookup")
+    assert tool is not None
+    ctx = kernel.start_run().context.evolve(profile="no-such-profile")
+    decision = authorize(kernel.config.policy, tool.definition, ctx, UsageMeter())
+    assert decision.allowed is False
+    assert decision.reason_code is ErrorCode.POLICY_ERROR
+    broken = replace(
+        Policy(),
+        rules=(PolicyRule(tools=None, action=Action.DENY),),  # type: ignore[arg-type]
+    )
+    decision = authorize(broken, tool.definition, ctx.evolve(profile="read-only"), UsageMeter())
+    assert decision.reason_code is ErrorCode.POLICY_ERROR
+
+
+def test_decision_carries_the_contract_fields(kernel_factory):
+    kernel = kernel_factory()
+    tool = kernel.registry.find("repo.lookup")
+    assert tool is not None
+    decision = authorize(
+        kernel.config.policy, tool.definition, kernel.start_run().context, UsageMeter()
+    )
+    assert set(decision.to_dict()) >= {"allowed", "reasonCode", "safeMessage", "requiresApproval"}

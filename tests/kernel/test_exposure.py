@@ -1,0 +1,147 @@
+"""Projection: which tools the model may see, from configuration rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from toolkernel.codes import ErrorCode, Status
+from toolkernel.context import ApprovalState, RunState, VerificationStatus
+from toolkernel.ledger import EventType
+
+pytestmark = pytest.mark.anyio
+
+LIFECYCLE = """
+[run]
+profile = "full"
+
+[policy]
+network = "allow"
+
+[[exposure]]
+states = ["PLANNING", "EDITING", "VERIFYING"]
+tools = ["repo.lookup", "file.peek", "memory.read", "policy.explain"]
+
+[[exposure]]
+states = ["EDITING"]
+profiles = ["workspace-write", "full"]
+tools = ["file.write"]
+
+[[exposure]]
+verification = ["PASSED"]
+tools = ["pr.*"]
+
+[[exposure]]
+approval = ["GRANTED"]
+tools = ["repo.reset"]
+"""
+
+
+def names(definitions):
+    return sorted(d.name for d in definitions)
+
+
+def test_exposure_follows_run_state_profile_verification_and_approval(kernel_factory):
+    kernel = kernel_factory(LIFECYCLE)
+    ctx = kernel.start_run().context
+    planning = names(kernel.list_available(ctx))
+    assert planning == ["file.peek", "memory.read", "policy.explain", "repo.lookup"]
+    editing = names(kernel.list_available(ctx.evolve(run_state=RunState.EDITING)))
+    assert "file.write" in editing
+    read_only = ctx.evolve(run_state=RunState.EDITING, profile="read-only")
+    assert "file.write" not in names(kernel.list_available(read_only))
+    assert "pr.create" not in editing
+    passed = ctx.evolve(verification=VerificationStatus.PASSED)
+    assert "pr.create" in names(kernel.list_available(passed))
+    approved = ctx.evolve(approval=ApprovalState.GRANTED)
+    assert "repo.reset" in names(kernel.list_available(approved))
+
+
+def test_default_configuration_exposes_only_read_only_tools(kernel_factory):
+    kernel = kernel_factory(None)
+    exposed = names(kernel.list_available(kernel.start_run().context))
+    assert "repo.lookup" in exposed
+    assert "file.peek" in exposed
+    assert not {"file.write", "web.fetch", "repo.reset", "pr.create"} & set(exposed)
+
+
+def test_a_profile_missing_a_tool_permission_hides_it_whatever_the_rules(kernel_factory):
+    kernel = kernel_factory(LIFECYCLE)
+    ctx = kernel.start_run().context.evolve(run_state=RunState.EDITING, profile="read-only")
+    assert "file.write" not in names(kernel.list_available(ctx))
+
+
+def test_unknown_profile_exposes_nothing(kernel_factory):
+    kernel = kernel_factory(LIFECYCLE)
+    ctx = kernel.start_run().context.evolve(profile="nonexistent")
+    assert kernel.list_available(ctx) == []
+
+
+async def test_tools_exposed_event_records_definitions_by_canonical_hash(kernel_factory):
+    kernel = kernel_factory(LIFECYCLE)
+    run = kernel.start_run()
+    shown = kernel.expose(run)
+    event = kernel.ledger.events(run.id)[-1]
+    assert event.type is EventType.TOOLS_EXPOSED
+    assert [t["hash"] for t in event.payload["tools"]] == [d.hash for d in shown]
+    assert set(event.payload["definitions"]) == {d.hash for d in shown}
+    kernel.expose(run)  # shown again: recorded again, full definitions not repeated
+    again = kernel.ledger.events(run.id)[-1]
+    assert again.type is EventType.TOOLS_EXPOSED
+    assert again.payload["definitions"] == {}
+
+
+async def test_calling_a_registered_but_unexposed_tool_is_denied(kernel_factory, calls):
+    kernel = kernel_factory(LIFECYCLE)
+    run = kernel.start_run()
+    kernel.expose(run)
+    result = await kernel.call(run, "file.write", {"path": "src/a.py", "text": "x"})
+    assert result.status is Status.DENIED
+    assert result.error_code is ErrorCode.TOOL_NOT_EXPOSED
+    assert "repo.lookup" in result.safe_message
+    assert calls.count == {}
+
+
+async def test_a_tool_not_shown_to_the_model_stays_unavailable_after_a_state_change(
+    kernel_factory,
+):
+    kernel = kernel_factory(LIFECYCLE)
+    run = kernel.start_run()
+    kernel.expose(run)  # shown while PLANNING
+    run.update(run_state=RunState.EDITING)
+    args = {"path": "src/a.py", "text": "x"}
+    hidden = await kernel.call(run, "file.write", args)
+    assert hidden.error_code is ErrorCode.TOOL_NOT_EXPOSED
+    kernel.expose(run)  # the agent loop shows the EDITING tools
+    assert (await kernel.call(run, "file.write", args)).status is Status.SUCCEEDED
+
+
+async def test_unknown_tool_is_denied_listing_the_exposed_tools(kernel_factory):
+    kernel = kernel_factory(LIFECYCLE)
+    run = kernel.start_run()
+    kernel.expose(run)
+    result = await kernel.call(run, "repo.nuke", {})
+    assert result.error_code is ErrorCode.UNKNOWN_TOOL
+    assert "repo.lookup" in result.safe_message
+    assert "file.write" not in result.safe_message
+    types = [e.type for e in kernel.ledger.events(run.id) if e.tool_call_id == result.tool_call_id]
+    assert types == [EventType.TOOL_CALL_REQUEST, EventType.TOOL_CALL_RESULT]
+
+
+async def test_call_without_version_gets_the_newest_and_unknown_versions_are_denied(
+    kernel_factory,
+):
+    kernel = kernel_factory()
+    base = {
+        "name": "repo.count",
+        "description": "Count.",
+        "executionMode": "NATIVE",
+        "inputSchema": {"type": "object", "additionalProperties": False},
+    }
+    kernel.register({**base, "version": "1.0"}, handler=lambda: "one")
+    kernel.register({**base, "version": "2.0"}, handler=lambda: "two")
+    run = kernel.start_run()
+    assert (await kernel.call(run, "repo.count")).structured_output == "two"
+    assert (await kernel.call(run, "repo.count", version="1.0")).structured_output == "one"
+    missing = await kernel.call(run, "repo.count", version="9.9")
+    assert missing.error_code is ErrorCode.UNKNOWN_VERSION
+    assert "1.0, 2.0" in missing.safe_message

@@ -1,0 +1,101 @@
+"""The ledger as the pipeline writes it, and replay from the ledger alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import sample_tools
+from toolkernel.codes import Status
+from toolkernel.context import ToolContext
+from toolkernel.functions import tool
+from toolkernel.kernel import Kernel
+from toolkernel.ledger import EventType
+from toolkernel.replay import RecordedResults, exchanges
+from toolkernel.run import ToolCall
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_events_follow_the_pipeline_order_and_the_chain_verifies(kernel_factory):
+    kernel = kernel_factory()
+    run = kernel.start_run()
+    kernel.expose(run)
+    ok = await kernel.call(run, "repo.lookup", {"query": "LegacyClient"})
+    bad = await kernel.call(run, "repo.lookup", {"query": "x", "sendSecrets": True})
+    events = kernel.ledger.events(run.id)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert [(e.type, e.tool_call_id) for e in events[1:]] == [
+        (EventType.TOOL_CALL_REQUEST, ok.tool_call_id),
+        (EventType.TOOL_CALL_STARTED, ok.tool_call_id),
+        (EventType.TOOL_CALL_RESULT, ok.tool_call_id),
+        (EventType.TOOL_CALL_REQUEST, bad.tool_call_id),
+        (EventType.TOOL_CALL_RESULT, bad.tool_call_id),
+    ]
+    request = events[1].payload
+    assert request["arguments"] == {"query": "LegacyClient"}
+    assert request["argumentsHash"].startswith("sha256:")
+    assert kernel.ledger.verify().ok
+
+
+async def test_progress_events_come_between_started_and_result(kernel_factory):
+    @tool("job.steps", idempotent=True)
+    def steps(ctx: ToolContext) -> str:
+        """Report progress."""
+        for i in range(3):
+            ctx.progress(i + 1, 3, f"step {i + 1}")
+        return "done"
+
+    kernel = kernel_factory()
+    kernel.register(steps)
+    run = kernel.start_run()
+    seen = []
+    result = await kernel.call(run, "job.steps", {}, on_progress=lambda *a: seen.append(a))
+    types = [e.type for e in kernel.ledger.events(run.id) if e.tool_call_id == result.tool_call_id]
+    assert types == [
+        EventType.TOOL_CALL_REQUEST,
+        EventType.TOOL_CALL_STARTED,
+        EventType.TOOL_CALL_PROGRESS,
+        EventType.TOOL_CALL_PROGRESS,
+        EventType.TOOL_CALL_PROGRESS,
+        EventType.TOOL_CALL_RESULT,
+    ]
+    assert [s[1] for s in seen] == [1, 2, 3]
+
+
+async def test_replay_rebuilds_tool_messages_from_the_ledger_alone(kernel_factory):
+    kernel = kernel_factory()
+    run = kernel.start_run()
+    live = await kernel.call_many(
+        run,
+        [
+            ToolCall("repo.lookup", {"query": "a"}, tool_call_id="t1"),
+            ToolCall("repo.lookup", '{"query": "b", "extra": 1}', tool_call_id="t2"),
+            ToolCall("tool.fail", {}, tool_call_id="t3"),
+        ],
+    )
+    rebuilt = exchanges(kernel.ledger, run.id)
+    assert [x.tool_call_id for x in rebuilt] == ["t1", "t2", "t3"]
+    assert [x.result.projection() for x in rebuilt] == [r.projection() for r in live]
+    assert [x.dispatched for x in rebuilt] == [True, False, True]
+
+
+async def test_replay_serves_recorded_results_without_running_tools(kernel_factory, calls):
+    kernel = kernel_factory()
+    run = kernel.start_run()
+    first = await kernel.call(run, "repo.lookup", {"query": "a"})
+    assert calls.count == {"repo.lookup": 1}
+    replayer = Kernel(
+        kernel.config,
+        ledger=kernel.ledger,
+        recorded=RecordedResults.from_ledger(kernel.ledger, run.id),
+    )
+    for sample in sample_tools(calls):
+        replayer.register(sample)
+    replay_run = replayer.start_run()
+    again = await replayer.call(replay_run, "repo.lookup", {"query": "a"})
+    assert calls.count == {"repo.lookup": 1}  # not run again
+    assert again.status is Status.SUCCEEDED
+    assert again.structured_output == first.structured_output
+    unrecorded = await replayer.call(replay_run, "repo.lookup", {"query": "never"})
+    assert unrecorded.status is Status.FAILED
+    assert calls.count == {"repo.lookup": 1}

@@ -1,0 +1,375 @@
+"""Section 24 runtime cases: timeouts, cancellation, retries, idempotency, output."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import anyio
+import pytest
+
+from toolkernel.canonical import canonical_json
+from toolkernel.codes import ErrorCode, Status
+from toolkernel.context import ToolContext
+from toolkernel.definition import RetryPolicy
+from toolkernel.errors import ToolFailed
+from toolkernel.functions import tool
+from toolkernel.ledger import EventType
+from toolkernel.run import ToolCall
+from toolkernel.testing import event_types
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_async_tool_timeout_gives_timed_out_and_retryable(kernel_factory):
+    kernel = kernel_factory()
+    run = kernel.start_run()
+    with anyio.fail_after(5):
+        result = await kernel.call(run, "slow.wait", {"seconds": 30})
+    assert result.status is Status.TIMED_OUT
+    assert result.error_code is ErrorCode.TIMEOUT
+    assert result.retryable is True
+    assert "0.1 s" in result.safe_message
+
+
+async def test_sync_tool_timeout_is_reported_and_its_token_is_cancelled(kernel_factory):
+    kernel = kernel_factory()
+    run = kernel.start_run()
+    with anyio.fail_after(5):
+        result = await kernel.call(run, "slow.block", {"seconds": 30})
+    assert result.status is Status.TIMED_OUT
+
+
+async def test_cancelling_a_call_stops_it_with_the_reason(kernel_factory):
+    kernel = kernel_factory()
+
+    @tool("slow.forever", idempotent=True, timeout_ms=60_000)
+    async def forever() -> str:
+        """Never finish."""
+        await anyio.sleep(3600)
+        return "never"
+
+    kernel.register(forever)
+    run = kernel.start_run()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            results = []
+
+            async def call() -> None:
+                results.append(await kernel.call(run, "slow.forever", {}, tool_call_id="c1"))
+
+            group.start_soon(call)
+            while not run.cancel_call("c1", ErrorCode.SUPERSEDED):
+                await anyio.sleep(0.005)
+    (result,) = results
+    assert result.status is Status.CANCELLED
+    assert result.error_code is ErrorCode.SUPERSEDED
+
+
+async def test_run_cancellation_reaches_sync_tools_through_the_token(kernel_factory):
+    kernel = kernel_factory()
+    started = threading.Event()
+
+    @tool("slow.cooperative", timeout_ms=60_000)
+    def cooperative(ctx: ToolContext) -> str:
+        """Wait for cancellation."""
+        started.set()
+        ctx.token.wait(30)
+        ctx.token.raise_if_cancelled()
+        return "finished"
+
+    kernel.register(cooperative)
+    run = kernel.start_run()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            results = []
+
+            async def call() -> None:
+                results.append(await kernel.call(run, "slow.cooperative", {}))
+
+            group.start_soon(call)
+            await anyio.to_thread.run_sync(started.wait, 5)
+            run.cancel(ErrorCode.BUDGET_EXHAUSTED)
+    assert results[0].status is Status.CANCELLED
+    assert results[0].error_code is ErrorCode.BUDGET_EXHAUSTED
+
+
+async def test_tool_exception_is_failed_with_traceback_only_in_the_ledger(kernel_factory):
+    kernel = kernel_factory()
+    run = kernel.start_run()
+    result = await kernel.call(run, "tool.crash", {})
+    assert result.status is Status.FAILED
+    assert result.error_code is ErrorCode.TOOL_ERROR
+    projected = json.dumps(result.projection())
+    assert "Traceback" not in projected
+    assert "secret internal detail" not in projected
+    assert "RuntimeError" in result.safe_message
+    final = kernel.ledger.events(run.id)[-1]
+    assert "secret internal detail" in final.payload["internal"]["traceback"]
+
+
+async def test_tool_failed_signal_keeps_its_safe_message(kernel_factory):
+    kernel = kernel_factory()
+    run = kernel.start_run()
+    result = await kernel.call(run, "tool.fail", {})
+    assert (result.status, result.error_code) == (Status.FAILED, ErrorCode.TOOL_ERROR)
+    assert result.safe_message == "The thing is not there."
+
+
+async def test_large_output_becomes_an_artifact_and_a_partial_projection(kernel_factory):
+    kernel = kernel_factory()
+    run = kernel.start_run()
+    result = await kernel.call(run, "data.big", {"lines": 500})
+    assert result.status is Status.PARTIAL
+    assert result.error_code is ErrorCode.OUTPUT_TRUNCATED
+    (ref,) = result.artifacts
+    assert ref.id in result.safe_message
+    assert len(canonical_json(result.structured_output)) <= 1024
+    full = json.loads(kernel.artifacts.read(ref.id))
+    assert len(full) == 500
+    assert full[499].startswith("line 499")
+    small = await kernel.call(run, "data.big", {"lines": 2})
+    assert small.status is Status.SUCCEEDED
+    assert small.artifacts == ()
+
+
+async def test_known_secret_and_host_paths_never_reach_the_projection(kernel_factory, workspace):
+    secret = "ghp_" + "Z" * 36
+    kernel = kernel_factory(secrets=[secret])
+
+    @tool("env.show", idempotent=True)
+    def show() -> dict[str, str]:
+        """Show things."""
+        return {
+            "token": f"Authorization: Bearer {secret}",
+            "where": f"{workspace}/src/app.py",
+            "home": "/home/alice/.config/tool/settings.json",
+        }
+
+    kernel.register(show)
+    run = kernel.start_run()
+    result = await kernel.call(run, "env.show", {})
+    projected = json.dumps(result.projection())
+    assert secret not in projected
+    assert str(workspace) not in projected
+    assert "/home/alice" not in projected
+    assert result.structured_output["where"] == "src/app.py"
+    kinds = {notice.kind for notice in result.redactions}
+    assert {"known-secret", "workspace-path", "host-path"} <= kinds
+    final = kernel.ledger.events(run.id)[-1].payload["result"]
+    assert {r["kind"] for r in final["redactions"]} == kinds
+
+
+async def test_idempotent_tool_is_retried_on_retryable_failure(kernel_factory):
+    attempts = []
+
+    @tool("net.flaky", idempotent=True, retry=RetryPolicy(attempts=3, backoff_ms=1))
+    def flaky() -> str:
+        """Fail twice, then work."""
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise ToolFailed("busy", code=ErrorCode.REMOTE_ERROR)
+        return "ok"
+
+    kernel = kernel_factory()
+    kernel.register(flaky)
+    run = kernel.start_run()
+    result = await kernel.call(run, "net.flaky", {})
+    assert result.status is Status.SUCCEEDED
+    assert result.usage.attempts == 3
+
+
+async def test_non_idempotent_tool_is_retried_only_on_listed_codes(kernel_factory):
+    attempts = []
+
+    @tool(
+        "job.submit",
+        mutating=True,
+        retry=RetryPolicy(attempts=3, backoff_ms=1, on=frozenset({ErrorCode.RATE_LIMITED})),
+    )
+    def submit() -> str:
+        """Submit a job."""
+        attempts.append(1)
+        raise ToolFailed("remote said no", code=ErrorCode.REMOTE_ERROR)
+
+    kernel = kernel_factory(
+        """
+        [run]
+        profile = "workspace-write"
+        [[exposure]]
+        tools = ["*"]
+        """
+    )
+    kernel.register(submit)
+    run = kernel.start_run()
+    result = await kernel.call(run, "job.submit", {})
+    assert result.error_code is ErrorCode.REMOTE_ERROR
+    assert len(attempts) == 1
+
+
+WRITER = """
+[run]
+profile = "workspace-write"
+[[exposure]]
+tools = ["*"]
+"""
+
+
+async def test_repeated_idempotency_key_returns_the_recorded_result(kernel_factory, calls):
+    kernel = kernel_factory(WRITER)
+    run = kernel.start_run()
+    args = {"path": "src/a.py", "text": "x"}
+    first = await kernel.call(run, "file.write", args, idempotency_key="k1")
+    second = await kernel.call(run, "file.write", args, idempotency_key="k1")
+    assert calls.count == {"file.write": 1}
+    assert second.status is Status.SUCCEEDED
+    assert second.structured_output == first.structured_output
+    assert second.tool_call_id != first.tool_call_id
+    types = event_types(kernel.ledger.events(run.id), second.tool_call_id)
+    assert types == [EventType.TOOL_CALL_REQUEST, EventType.TOOL_CALL_RESULT]
+
+
+async def test_idempotency_key_survives_a_new_kernel_on_the_same_ledger(
+    kernel_factory, calls, workspace
+):
+    args = {"path": "src/a.py", "text": "x"}
+    first = kernel_factory(WRITER)
+    await first.call(first.start_run(), "file.write", args, idempotency_key="k2")
+    first.close()
+    second = kernel_factory(WRITER)
+    result = await second.call(second.start_run(), "file.write", args, idempotency_key="k2")
+    assert result.status is Status.SUCCEEDED
+    assert calls.count == {"file.write": 1}
+
+
+async def test_reused_key_with_other_arguments_is_a_conflict(kernel_factory, calls):
+    kernel = kernel_factory(WRITER)
+    run = kernel.start_run()
+    await kernel.call(run, "file.write", {"path": "src/a.py", "text": "x"}, idempotency_key="k")
+    other = await kernel.call(
+        run, "file.write", {"path": "src/a.py", "text": "y"}, idempotency_key="k"
+    )
+    assert other.error_code is ErrorCode.IDEMPOTENCY_CONFLICT
+    assert calls.count == {"file.write": 1}
+
+
+async def test_duplicates_arriving_at_the_same_moment_run_the_tool_once(kernel_factory):
+    ran = []
+    gate = anyio.Event()
+
+    @tool("job.once", mutating=True)
+    async def once() -> str:
+        """Mutate once."""
+        ran.append(1)
+        await gate.wait()
+        return "done"
+
+    kernel = kernel_factory(WRITER)
+    kernel.register(once)
+    run_a, run_b = kernel.start_run(), kernel.start_run()
+    results = []
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            for run in (run_a, run_b, run_a):
+
+                async def call(run=run) -> None:
+                    results.append(await kernel.call(run, "job.once", {}, idempotency_key="same"))
+
+                group.start_soon(call)
+            while not ran:
+                await anyio.sleep(0.001)
+            await anyio.sleep(0.01)
+            gate.set()
+    assert ran == [1]
+    assert [r.status for r in results] == [Status.SUCCEEDED] * 3
+    assert len({r.tool_call_id for r in results}) == 3
+
+
+async def test_parallel_read_only_calls_overlap_and_the_ledger_keeps_model_order(kernel_factory):
+    running = 0
+    peak = 0
+
+    @tool("read.slow", idempotent=True)
+    async def slow_read(n: int) -> int:
+        """Read slowly; later calls finish first."""
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await anyio.sleep(0.05 - n * 0.01)
+        running -= 1
+        return n
+
+    kernel = kernel_factory()
+    kernel.register(slow_read)
+    run = kernel.start_run()
+    calls = [ToolCall("read.slow", {"n": n}, tool_call_id=f"c{n}") for n in range(4)]
+    with anyio.fail_after(5):
+        results = await kernel.call_many(run, calls)
+    assert [r.structured_output for r in results] == [0, 1, 2, 3]
+    assert peak > 1
+    finals = [
+        e.tool_call_id for e in kernel.ledger.events(run.id) if e.type is EventType.TOOL_CALL_RESULT
+    ]
+    assert finals == ["c0", "c1", "c2", "c3"]
+
+
+async def test_mutations_run_one_at_a_time_per_run(kernel_factory):
+    running = 0
+    peak = 0
+
+    @tool("file.touch", mutating=True)
+    async def touch(n: int) -> int:
+        """Mutate slowly."""
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await anyio.sleep(0.01)
+        running -= 1
+        return n
+
+    kernel = kernel_factory(WRITER)
+    kernel.register(touch)
+    run = kernel.start_run()
+    calls = [ToolCall("file.touch", {"n": n}) for n in range(3)]
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            group.start_soon(kernel.call_many, run, calls)
+            group.start_soon(kernel.call_many, run, calls)
+    assert peak == 1
+
+
+async def test_concurrent_reads_are_bounded_by_configuration(kernel_factory):
+    running = 0
+    peak = 0
+
+    @tool("read.wide", idempotent=True)
+    async def wide(n: int) -> int:
+        """Read."""
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await anyio.sleep(0.01)
+        running -= 1
+        return n
+
+    kernel = kernel_factory(
+        """
+        [concurrency]
+        max_parallel_reads = 2
+        [[exposure]]
+        tools = ["*"]
+        """
+    )
+    kernel.register(wide)
+    run = kernel.start_run()
+    with anyio.fail_after(5):
+        await kernel.call_many(run, [ToolCall("read.wide", {"n": n}) for n in range(6)])
+    assert peak == 2
+
+
+def test_sync_api_works_without_an_event_loop(kernel_factory):
+    kernel = kernel_factory()
+    run = kernel.start_run()
+    result = kernel.call_sync(run, "repo.lookup", '{"query": "x"}')
+    assert result.status is Status.SUCCEEDED
+    assert result.structured_output == {"query": "x", "limit": 10}
