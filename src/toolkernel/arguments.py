@@ -102,7 +102,8 @@ def _from_mapping(
     raw_hash = sha256_hex(encoded)
     if len(encoded) > max_bytes:
         return ArgumentsRejected(ErrorCode.ARGUMENTS_TOO_LARGE, {"limit": max_bytes}, raw_hash)
-    if _depth(value) > max_depth:
+    # The depth cannot exceed the number of openers, which is cheap to count.
+    if encoded.count(b"{") + encoded.count(b"[") > max_depth and _depth(value) > max_depth:
         return ArgumentsRejected(ErrorCode.NESTING_TOO_DEEP, {"limit": max_depth}, raw_hash)
     return ParsedArguments(value, raw_hash)
 

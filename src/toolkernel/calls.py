@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import uuid
+import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -32,14 +33,23 @@ PROJECTION_KEYS: Final = (
 )
 
 
+_second_cache: list[Any] = [-1, ""]
+
+
 def timestamp() -> str:
     """Now, as ISO-8601 UTC with microseconds (the ledger's clock format)."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    now_us = time.time_ns() // 1_000
+    second, micro = divmod(now_us, 1_000_000)
+    if second != _second_cache[0]:
+        # Formatting the date is the expensive part; it changes once a second.
+        prefix = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _second_cache[:] = [second, prefix]
+    return f"{_second_cache[1]}.{micro:06d}Z"
 
 
 def new_id(prefix: str) -> str:
-    """A fresh identifier such as ``call_3f2a…``."""
-    return f"{prefix}_{uuid.uuid4().hex}"
+    """A fresh identifier such as ``call_3f2a…`` (128 random bits)."""
+    return f"{prefix}_{os.urandom(16).hex()}"
 
 
 @dataclass(frozen=True, slots=True)

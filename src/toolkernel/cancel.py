@@ -33,17 +33,19 @@ class CancellationToken:
     """A one-way switch: once cancelled, it stays cancelled with its first reason."""
 
     def __init__(self, parent: CancellationToken | None = None) -> None:
-        self._event = threading.Event()
+        # The threading.Event is made only when a worker thread waits: a token is
+        # created per call, and most calls never block on one.
+        self._event: threading.Event | None = None
         self._reason: ErrorCode | None = None
         self._lock = threading.Lock()
-        self._scopes: list[tuple[anyio.CancelScope, asyncio.AbstractEventLoop | None]] = []
+        self._scopes: dict[anyio.CancelScope, asyncio.AbstractEventLoop | None] = {}
         self._children: list[CancellationToken] = []
         if parent is not None:
             parent._adopt(self)
 
     @property
     def cancelled(self) -> bool:
-        return self._event.is_set()
+        return self._reason is not None
 
     @property
     def reason(self) -> ErrorCode | None:
@@ -58,11 +60,12 @@ class CancellationToken:
         if CATALOG[reason].status is not Status.CANCELLED:
             raise ValueError(f"{reason} is not a cancellation reason")
         with self._lock:
-            if self._event.is_set():
+            if self._reason is not None:
                 return
             self._reason = reason
-            self._event.set()
-            scopes = list(self._scopes)
+            if self._event is not None:
+                self._event.set()
+            scopes = list(self._scopes.items())
             children = list(self._children)
         for scope, loop in scopes:
             _cancel_scope(scope, loop)
@@ -76,26 +79,38 @@ class CancellationToken:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block a worker thread until cancelled (or the timeout passes)."""
-        return self._event.wait(timeout)
+        with self._lock:
+            if self._reason is not None:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
-    @contextmanager
-    def watch(self, scope: anyio.CancelScope) -> Iterator[None]:
-        """Cancel ``scope`` when this token is cancelled, for as long as the block runs."""
+    def attach(self, scope: anyio.CancelScope) -> None:
+        """Cancel ``scope`` when this token is cancelled, until ``detach``."""
         try:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        entry = (scope, loop)
         with self._lock:
-            self._scopes.append(entry)
-            already = self._event.is_set()
+            self._scopes[scope] = loop
+            already = self._reason is not None
         if already:
             scope.cancel()
+
+    def detach(self, scope: anyio.CancelScope) -> None:
+        with self._lock:
+            self._scopes.pop(scope, None)
+
+    @contextmanager
+    def watch(self, scope: anyio.CancelScope) -> Iterator[None]:
+        """``attach`` for the duration of a ``with`` block."""
+        self.attach(scope)
         try:
             yield
         finally:
-            with self._lock:
-                self._scopes.remove(entry)
+            self.detach(scope)
 
     def _adopt(self, child: CancellationToken) -> None:
         with self._lock:

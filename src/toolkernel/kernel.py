@@ -92,11 +92,29 @@ class _Duplicate:
     """A call whose idempotency key is already running: it waits, then shares the result."""
 
     request: ToolCallRequest
-    events: list[NewEvent]
     inflight: _Inflight
 
 
 _Admission = _Admitted | _Duplicate | ToolCallResult
+
+
+class _Journal:
+    """The events of one batch, in model order, written in as few transactions as the
+    pipeline allows: ``flush`` where something must be on disk before it happens (a
+    human is asked, a call that can change things starts), and at the end."""
+
+    def __init__(self, ledger: Ledger, run_id: str) -> None:
+        self._ledger = ledger
+        self._run_id = run_id
+        self._events: list[NewEvent] = []
+
+    def write(self, events: Iterable[NewEvent]) -> None:
+        self._events.extend(events)
+
+    def flush(self) -> None:
+        if self._events:
+            events, self._events = self._events, []
+            self._ledger.append(self._run_id, events)
 
 
 class Kernel:
@@ -264,8 +282,9 @@ class Kernel:
         on_progress: ProgressListener | None,
     ) -> list[ToolCallResult]:
         await run.gate.acquire(exclusive)
+        journal = _Journal(self.ledger, run.id)
         try:
-            admissions = [await self._admit(run, call) for call in batch]
+            admissions = [await self._admit(run, call, journal) for call in batch]
             outcomes: list[Outcome | ToolCallResult | None] = [None] * len(admissions)
 
             async def execute(index: int, admitted: _Admitted | _Duplicate) -> None:
@@ -273,8 +292,11 @@ class Kernel:
                     await admitted.inflight.done.wait()
                     outcomes[index] = admitted.inflight.result
                     return
-                async with run.reads:
+                await run.acquire_read_slot()
+                try:
                     outcomes[index] = await self._execute(run, admitted, on_progress)
+                finally:
+                    run.reads.release()
 
             pending = [
                 (i, a) for i, a in enumerate(admissions) if not isinstance(a, ToolCallResult)
@@ -285,17 +307,21 @@ class Kernel:
                 async with anyio.create_task_group() as group:
                     for index, admitted in pending:
                         group.start_soon(execute, index, admitted)
-            return [
-                self._conclude(run, admission, outcomes[i])
+            results = [
+                self._conclude(admission, outcomes[i], journal)
                 for i, admission in enumerate(admissions)
             ]
+            journal.flush()
+            return results
         finally:
-            with anyio.CancelScope(shield=True):
-                await run.gate.release(exclusive)
+            try:
+                journal.flush()  # what was decided before an error is still recorded
+            finally:
+                run.gate.release(exclusive)
 
     # -- the pipeline ----------------------------------------------------------------
 
-    async def _admit(self, run: Run, call: ToolCall) -> _Admission:
+    async def _admit(self, run: Run, call: ToolCall, journal: _Journal) -> _Admission:
         """REQUEST → lookup → parse → validate → idempotency → authorize → approval → STARTED."""
         parsed = parse_arguments(call.arguments, max_bytes=self.config.max_argument_bytes)
         rejected = parsed if isinstance(parsed, ArgumentsRejected) else None
@@ -316,12 +342,12 @@ class Kernel:
 
         assessed = self._assess(run, request, rejected)
         if isinstance(assessed, ToolCallResult):
-            return self._refuse(run, request, events, assessed)
+            return self._refuse(journal, request, events, assessed)
         tool, checked = assessed
 
         inflight: _Inflight | None = None
         if call.idempotency_key:
-            known = self._idempotent(run, request, events)
+            known = self._idempotent(journal, request, events)
             if not isinstance(known, _Inflight):
                 return known
             inflight = known
@@ -336,11 +362,11 @@ class Kernel:
         if decision.allowed and tool.definition.execution_mode not in self.adapters:
             decision = _no_adapter(tool.definition)
         if decision.allowed and decision.requires_approval:
-            decision = await self._approve(run, request, tool, decision, events)
+            decision = await self._approve(run, request, tool, decision, events, journal)
         if not decision.allowed:
             code = decision.reason_code or ErrorCode.POLICY_ERROR
             result = ToolCallResult.from_code(call_id, code, message=decision.safe_message)
-            return self._refuse(run, request, events, result, inflight)
+            return self._refuse(journal, request, events, result, inflight)
 
         run.meter.charge(name, decision.cost, rate_keys(self.config.policy, name))
         started_at = timestamp()
@@ -358,7 +384,11 @@ class Kernel:
                 call_id,
             )
         )
-        self.ledger.append(run.id, events)
+        journal.write(events)
+        if tool.definition.concurrency_group is not ConcurrencyGroup.READ_ONLY:
+            # A call that can change things is on disk before it runs. A READ_ONLY call
+            # changes nothing, so its REQUEST and STARTED go in with its RESULT.
+            journal.flush()
         return _Admitted(request, tool, decision, inflight, started_at=started_at)
 
     async def _execute(
@@ -402,14 +432,14 @@ class Kernel:
             run.token.release(token)
 
     def _conclude(
-        self, run: Run, admission: _Admission, outcome: Outcome | ToolCallResult | None
+        self, admission: _Admission, outcome: Outcome | ToolCallResult | None, journal: _Journal
     ) -> ToolCallResult:
         """normalize → artifactize → redact → RESULT, for calls that were dispatched."""
         if isinstance(admission, ToolCallResult):
             return admission
         if isinstance(admission, _Duplicate):
             shared = outcome if isinstance(outcome, ToolCallResult) else None
-            return self._share(run, admission, shared)
+            return self._share(admission, shared, journal)
         assert isinstance(outcome, Outcome)
         tool, request = admission.tool, admission.request
         finishing = Finishing(tool, request.tool_call_id, self.artifacts, self.redactor)
@@ -433,14 +463,11 @@ class Kernel:
         payload["flaggedForReview"] = admission.decision.audit
         if outcome.internal:
             payload["internal"] = outcome.internal
-        events = [
-            *admission.progress,
-            NewEvent(EventType.TOOL_CALL_RESULT, payload, request.tool_call_id, index_key=index),
-        ]
-        try:
-            self.ledger.append(run.id, events)
-        finally:
-            _settle(self._inflight, request, admission.inflight, result)
+        journal.write(admission.progress)
+        journal.write(
+            [NewEvent(EventType.TOOL_CALL_RESULT, payload, request.tool_call_id, index_key=index)]
+        )
+        _settle(self._inflight, request, admission.inflight, result)
         return result
 
     # -- pieces of the pipeline -------------------------------------------------------
@@ -521,26 +548,21 @@ class Kernel:
 
     def _refuse(
         self,
-        run: Run,
+        journal: _Journal,
         request: ToolCallRequest,
         events: list[NewEvent],
         result: ToolCallResult,
         inflight: _Inflight | None = None,
     ) -> ToolCallResult:
-        events.append(
-            NewEvent(
-                EventType.TOOL_CALL_RESULT,
-                _result_payload(request, result, request.tool_version),
-                request.tool_call_id,
-            )
-        )
-        try:
-            self.ledger.append(run.id, events)
-        finally:
-            _settle(self._inflight, request, inflight, result)
+        payload = _result_payload(request, result, request.tool_version)
+        events.append(NewEvent(EventType.TOOL_CALL_RESULT, payload, request.tool_call_id))
+        journal.write(events)
+        _settle(self._inflight, request, inflight, result)
         return result
 
-    def _share(self, run: Run, dup: _Duplicate, shared: ToolCallResult | None) -> ToolCallResult:
+    def _share(
+        self, dup: _Duplicate, shared: ToolCallResult | None, journal: _Journal
+    ) -> ToolCallResult:
         if shared is None:
             shared = ToolCallResult.from_code(
                 dup.request.tool_call_id, ErrorCode.INTERNAL_ERROR, tool=dup.request.tool_name
@@ -548,12 +570,11 @@ class Kernel:
         result = shared.with_(tool_call_id=dup.request.tool_call_id)
         payload = _result_payload(dup.request, result, dup.request.tool_version)
         payload["sharedWith"] = shared.tool_call_id
-        dup.events.append(NewEvent(EventType.TOOL_CALL_RESULT, payload, dup.request.tool_call_id))
-        self.ledger.append(run.id, dup.events)
+        journal.write([NewEvent(EventType.TOOL_CALL_RESULT, payload, dup.request.tool_call_id)])
         return result
 
     def _idempotent(
-        self, run: Run, request: ToolCallRequest, events: list[NewEvent]
+        self, journal: _Journal, request: ToolCallRequest, events: list[NewEvent]
     ) -> _Inflight | _Duplicate | ToolCallResult:
         """A recorded or running result for this key, or a fresh in-flight entry."""
         name, key = request.tool_name, str(request.idempotency_key)
@@ -562,19 +583,21 @@ class Kernel:
         running = self._inflight.get((name, key))
         if running is not None:
             if running.arguments_hash != request.arguments_hash:
-                return self._refuse(run, request, events, conflict)
-            return _Duplicate(request, events, running)
+                return self._refuse(journal, request, events, conflict)
+            journal.write(events)  # the duplicate's REQUEST, in model order
+            return _Duplicate(request, running)
+        journal.flush()  # an index lookup must see what this batch already decided
         recorded = self.ledger.find_indexed(name, key)
         if recorded is not None:
             if recorded.payload.get("argumentsHash") != request.arguments_hash:
-                return self._refuse(run, request, events, conflict)
+                return self._refuse(journal, request, events, conflict)
             result = ToolCallResult.from_dict(recorded.payload["result"]).with_(
                 tool_call_id=call_id
             )
             payload = _result_payload(request, result, request.tool_version)
             payload["replayedFrom"] = {"runId": recorded.run_id, "seq": recorded.seq}
             events.append(NewEvent(EventType.TOOL_CALL_RESULT, payload, call_id))
-            self.ledger.append(run.id, events)
+            journal.write(events)
             return result
         entry = _Inflight(request.arguments_hash)
         self._inflight[(name, key)] = entry
@@ -587,6 +610,7 @@ class Kernel:
         tool: RegisteredTool,
         decision: Decision,
         events: list[NewEvent],
+        journal: _Journal,
     ) -> Decision:
         """Hold the call for approval: APPROVAL_REQUESTED, then the approver's answer."""
         held = ApprovalRequest(
@@ -598,7 +622,8 @@ class Kernel:
             reasons=decision.approval_reasons,
         )
         events.append(NewEvent(EventType.APPROVAL_REQUESTED, held.to_dict(), request.tool_call_id))
-        self.ledger.append(run.id, events)
+        journal.write(events)
+        journal.flush()  # the hold is on disk before anyone is asked
         events.clear()
         if self.approver is None:
             return Decision(

@@ -7,7 +7,6 @@ kernel always runs it between dispatch and the RESULT event.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ class Finishing:
     artifacts: ArtifactStore
     redactor: Redactor
     redactions: list[RedactionNotice] = field(default_factory=list)
+    encoded: bytes | None = None
 
 
 Processor = Callable[[Outcome, Finishing], Outcome]
@@ -50,7 +50,7 @@ def normalize(outcome: Outcome, fin: Finishing) -> Outcome:
     """Make the output plain JSON and hold it to the tool's output schema."""
     name = fin.tool.name
     try:
-        outcome.output = json.loads(canonical_json(outcome.output))
+        fin.encoded = canonical_json(outcome.output)
     except (TypeError, ValueError):
         return _contract_violation(outcome, fin, "output is not JSON-serializable")
     validator = fin.tool.output_validator
@@ -81,7 +81,7 @@ def _contract_violation(outcome: Outcome, fin: Finishing, why: str) -> Outcome:
 def artifactize(outcome: Outcome, fin: Finishing) -> Outcome:
     """Keep the full output as an artifact when it exceeds the projection budget."""
     budget = fin.tool.definition.output_contract.max_bytes
-    encoded = canonical_json(outcome.output)
+    encoded = fin.encoded if fin.encoded is not None else canonical_json(outcome.output)
     if len(encoded) <= budget:
         return outcome
     ref = fin.artifacts.put(

@@ -49,6 +49,7 @@ class Registry:
 
     def __init__(self) -> None:
         self._tools: dict[str, dict[str, RegisteredTool]] = {}
+        self._newest: dict[str, RegisteredTool] = {}
 
     def register(
         self,
@@ -98,6 +99,7 @@ class Registry:
             takes_paths=_mentions_path_format(definition.input_schema),
         )
         versions[definition.version] = registered
+        self._newest[definition.name] = versions[max(versions, key=version_key)]
         return registered
 
     def unregister(self, name: str, version: str | None = None) -> None:
@@ -107,17 +109,18 @@ class Registry:
             versions.clear()
         else:
             versions.pop(version, None)
-        if not versions:
+        if versions:
+            self._newest[name] = versions[max(versions, key=version_key)]
+        else:
             self._tools.pop(name, None)
+            self._newest.pop(name, None)
 
     def find(self, name: str, version: str | None = None) -> RegisteredTool | None:
         """The named version, or the newest one when ``version`` is None."""
+        if version is None:
+            return self._newest.get(name)
         versions = self._tools.get(name)
-        if not versions:
-            return None
-        if version is not None:
-            return versions.get(version)
-        return versions[max(versions, key=version_key)]
+        return versions.get(version) if versions else None
 
     def versions(self, name: str) -> list[str]:
         return sorted(self._tools.get(name, {}), key=version_key)

@@ -7,6 +7,7 @@ the model, and the lock that keeps non-read-only calls one at a time.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -71,6 +72,13 @@ class Run:
         """Keep a note that ``memory.read`` returns to the model."""
         self.notes[key] = value
 
+    async def acquire_read_slot(self) -> None:
+        """Take one of the run's parallel-read slots (no event-loop trip when free)."""
+        try:
+            self.reads.acquire_nowait()
+        except anyio.WouldBlock:
+            await self.reads.acquire()
+
     def cancel(self, reason: ErrorCode = ErrorCode.USER_CANCELLED) -> None:
         """Cancel every call in flight in this run, and every later one."""
         self.token.cancel(reason)
@@ -85,28 +93,48 @@ class Run:
 
 
 class _ReadWriteGate:
-    """Many readers or one writer, for the calls of one run."""
+    """Many readers or one writer, for the calls of one run, granted in arrival order.
+
+    Uncontended acquire and release never yield to the event loop: the common case of
+    one call at a time pays only a few attribute updates.
+    """
 
     def __init__(self) -> None:
         self._readers = 0
         self._writer = False
-        self._changed = anyio.Condition()
+        self._queue: deque[tuple[bool, anyio.Event]] = deque()
+
+    def _free(self, exclusive: bool) -> bool:
+        return not self._writer and (not exclusive or not self._readers)
+
+    def _take(self, exclusive: bool) -> None:
+        if exclusive:
+            self._writer = True
+        else:
+            self._readers += 1
 
     async def acquire(self, exclusive: bool) -> None:
-        async with self._changed:
-            if exclusive:
-                while self._writer or self._readers:
-                    await self._changed.wait()
-                self._writer = True
-            else:
-                while self._writer:
-                    await self._changed.wait()
-                self._readers += 1
+        if not self._queue and self._free(exclusive):
+            self._take(exclusive)
+            return
+        entry = (exclusive, anyio.Event())
+        self._queue.append(entry)
+        try:
+            await entry[1].wait()
+        except BaseException:
+            if entry in self._queue:
+                self._queue.remove(entry)
+            elif entry[1].is_set():
+                self.release(exclusive)  # granted while being cancelled: hand it on
+            raise
 
-    async def release(self, exclusive: bool) -> None:
-        async with self._changed:
-            if exclusive:
-                self._writer = False
-            else:
-                self._readers -= 1
-            self._changed.notify_all()
+    def release(self, exclusive: bool) -> None:
+        if exclusive:
+            self._writer = False
+        else:
+            self._readers -= 1
+        # Wake waiters in order for as long as the gate can admit them.
+        while self._queue and self._free(self._queue[0][0]):
+            waiting_exclusive, event = self._queue.popleft()
+            self._take(waiting_exclusive)
+            event.set()

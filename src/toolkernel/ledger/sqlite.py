@@ -190,7 +190,12 @@ class SqliteLedger(Ledger):
                     ) from exc
                 raise
             self._heads[run_id] = (rows[-1][1], rows[-1][7])
-        return [_event(row) for row in rows]
+        # The caller's payloads, not a decode of what was stored: decoding every payload
+        # again on the hot path cost more than the insert itself.
+        return [
+            Event(run_id, row[1], p[0], at, p[1], dict(e.payload), row[6], row[7])
+            for row, p, e in zip(rows, prepared, events, strict=True)
+        ]
 
     def _insert(
         self, conn: sqlite3.Connection, run_id: str, at: str, prepared: list[_Prepared]
