@@ -1,0 +1,271 @@
+"""OpenAI strict mode: an input schema rewritten into the subset strict mode accepts.
+
+Strict mode constrains the model's decoding to the schema, so the schema must be
+closed and complete: every object sets ``additionalProperties: false`` and lists every
+property in ``required``; an optional property is made nullable instead, and the model
+sends ``null`` to leave it out. ``strip_strict_nulls`` undoes that before the kernel
+validates the call against the tool's *real* schema, which stays the authority: the
+strict schema may be looser than the real one (dropped bounds), never stricter in a way
+that matters, except that an object with declared properties is closed, as OpenAI's own
+SDK helpers do.
+
+Keywords follow OpenAI's Structured Outputs guide, "Supported schemas" (the official
+page was not in the reference index when this was written; this is its last text we
+know, corroborated by third-party guides and by the reported API error "'default' is
+not permitted"): strings keep ``pattern`` and ``format`` (only the formats listed in
+``STRICT_FORMATS``), numbers keep ``minimum``/``maximum``/``exclusiveMinimum``/
+``exclusiveMaximum``/``multipleOf``, arrays keep ``minItems``/``maxItems``. Not
+supported, and therefore moved into the description so the model still reads them:
+``minLength``, ``maxLength``, ``default``, other formats, ``uniqueItems``,
+``minProperties``, ``maxProperties``. ``oneOf`` becomes ``anyOf``; ``prefixItems``
+becomes ``items`` with an ``anyOf`` of the positions. A schema strict mode cannot
+express faithfully (an open object or map, an unconstrained value, ``allOf``,
+``patternProperties``) raises ``StrictSchemaError``; renderers then send that tool with
+``strict: false`` and its real schema.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+from toolkernel.errors import ToolkernelError
+
+__all__ = [
+    "STRICT_FORMATS",
+    "StrictSchemaError",
+    "openai_strict_schema",
+    "strip_strict_nulls",
+]
+
+STRICT_FORMATS: Final = frozenset(
+    {"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"}
+)
+# OpenAI's documented limits for one strict schema.
+MAX_OBJECT_DEPTH: Final = 10
+MAX_PROPERTIES: Final = 5000
+
+_KEPT: Final = frozenset(
+    {
+        "type", "enum", "const", "description", "title", "pattern",
+        "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+        "minItems", "maxItems",
+    }
+)  # fmt: skip
+_NOTED: Final = (
+    "minLength", "maxLength", "default", "format", "uniqueItems",
+    "minProperties", "maxProperties",
+)  # fmt: skip
+_REFUSED: Final = ("allOf", "patternProperties", "dependentSchemas", "$dynamicRef")
+_DEFS_PREFIX: Final = "#/$defs/"
+
+
+class StrictSchemaError(ToolkernelError):
+    """The schema cannot be expressed in OpenAI strict mode; ``pointer`` says where."""
+
+    def __init__(self, problem: str, pointer: str) -> None:
+        self.problem = problem
+        self.pointer = pointer or "/"
+        super().__init__(f"{self.pointer}: {problem}")
+
+
+def openai_strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """Rewrite a tool's input schema for OpenAI strict mode.
+
+    Args:
+        schema: the tool's input schema (an object schema).
+
+    Returns:
+        A new schema; ``schema`` is not changed.
+
+    Raises:
+        StrictSchemaError: strict mode cannot express the schema; the message says
+            where and why.
+    """
+    if schema.get("type") != "object":
+        raise StrictSchemaError("the root of a strict schema must be an object", "")
+    converter = _Converter()
+    converted = converter.node(schema, "", depth=0)
+    defs = schema.get("$defs")
+    if isinstance(defs, Mapping):
+        converted["$defs"] = {
+            name: converter.node(sub, f"/$defs/{name}", depth=0) for name, sub in defs.items()
+        }
+    return converted
+
+
+class _Converter:
+    def __init__(self) -> None:
+        self.properties = 0
+
+    def node(self, schema: Any, pointer: str, *, depth: int) -> dict[str, Any]:
+        if not isinstance(schema, Mapping) or not schema:
+            raise StrictSchemaError("an unconstrained value cannot be strict", pointer)
+        for keyword in _REFUSED:
+            if keyword in schema:
+                raise StrictSchemaError(f"{keyword!r} is not supported in strict mode", pointer)
+        if "$ref" in schema:
+            return self._reference(schema, pointer)
+        out: dict[str, Any] = {k: v for k, v in schema.items() if k in _KEPT}
+        if schema.get("format") in STRICT_FORMATS:
+            out["format"] = schema["format"]
+        notes = [
+            _note(k, schema[k])
+            for k in _NOTED
+            if k in schema and k not in out and not (k == "default" and schema[k] is None)
+        ]  # a null default only says "optional", which nullability already says
+        choices = schema.get("anyOf", schema.get("oneOf"))
+        if isinstance(choices, list):
+            out["anyOf"] = [
+                self.node(c, f"{pointer}/anyOf/{i}", depth=depth) for i, c in enumerate(choices)
+            ]
+        elif not {"type", "enum", "const"} & out.keys():
+            raise StrictSchemaError("a value without a type cannot be strict", pointer)
+        if "object" in _types(schema):
+            out.update(self._object(schema, pointer, depth=depth + 1))
+        if "array" in _types(schema):
+            out["items"] = self._items(schema, pointer, depth=depth)
+        if notes:
+            described = str(schema.get("description", "")).rstrip()
+            out["description"] = f"{described} ({'; '.join(notes)})".lstrip()
+        return out
+
+    def _reference(self, schema: Mapping[str, Any], pointer: str) -> dict[str, Any]:
+        target = schema["$ref"]
+        if not isinstance(target, str) or not target.startswith(_DEFS_PREFIX):
+            raise StrictSchemaError("only references into the root $defs are supported", pointer)
+        out: dict[str, Any] = {"$ref": target}
+        if "description" in schema:
+            out["description"] = schema["description"]
+        return out
+
+    def _object(self, schema: Mapping[str, Any], pointer: str, *, depth: int) -> dict[str, Any]:
+        if depth > MAX_OBJECT_DEPTH:
+            raise StrictSchemaError(f"objects nest deeper than {MAX_OBJECT_DEPTH} levels", pointer)
+        properties = schema.get("properties")
+        closed = schema.get("additionalProperties", schema.get("unevaluatedProperties")) is False
+        if not isinstance(properties, Mapping) or not (closed or properties):
+            raise StrictSchemaError("an object open to any property cannot be strict", pointer)
+        if schema.get("additionalProperties", False) is not False:
+            raise StrictSchemaError("an object open to extra properties cannot be strict", pointer)
+        self.properties += len(properties)
+        if self.properties > MAX_PROPERTIES:
+            raise StrictSchemaError(f"more than {MAX_PROPERTIES} properties", pointer)
+        required = set(schema.get("required") or ())
+        converted: dict[str, Any] = {}
+        for name, sub in properties.items():
+            child = self.node(sub, f"{pointer}/properties/{name}", depth=depth)
+            converted[name] = child if name in required else _nullable(child)
+        return {
+            "properties": converted,
+            "required": list(converted),
+            "additionalProperties": False,
+        }
+
+    def _items(self, schema: Mapping[str, Any], pointer: str, *, depth: int) -> dict[str, Any]:
+        positions = schema.get("prefixItems")
+        if isinstance(positions, list) and positions:
+            choices = [
+                self.node(p, f"{pointer}/prefixItems/{i}", depth=depth)
+                for i, p in enumerate(positions)
+            ]
+            distinct = [c for i, c in enumerate(choices) if c not in choices[:i]]
+            return distinct[0] if len(distinct) == 1 else {"anyOf": distinct}
+        items = schema.get("items")
+        if items is None:
+            raise StrictSchemaError("an array without an items schema cannot be strict", pointer)
+        return self.node(items, f"{pointer}/items", depth=depth)
+
+
+def _types(schema: Mapping[str, Any]) -> set[str]:
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        return {declared}
+    if isinstance(declared, list):
+        return {t for t in declared if isinstance(t, str)}
+    return set()
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` that also accepts null: how strict mode spells "optional"."""
+    if _accepts_null(schema, {}):
+        return schema
+    declared = schema.get("type")
+    if declared is not None and not {"enum", "const", "anyOf"} & schema.keys():
+        kinds = [declared] if isinstance(declared, str) else list(declared)
+        return {**schema, "type": [*kinds, "null"]}
+    if isinstance(schema.get("anyOf"), list):
+        return {**schema, "anyOf": [*schema["anyOf"], {"type": "null"}]}
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _note(keyword: str, value: Any) -> str:
+    return f"{keyword}: {json.dumps(value, ensure_ascii=False)}"
+
+
+def strip_strict_nulls(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """Drop the ``null`` values that mean "left out" under strict mode.
+
+    A ``null`` is dropped where the property is optional and its real schema does not
+    accept ``null``: strict mode made it nullable, so ``null`` can only mean omission.
+    Every other value is kept as the model sent it.
+
+    Args:
+        schema: the tool's real input schema.
+        arguments: the decoded arguments.
+
+    Returns:
+        A copy of ``arguments`` without those nulls, nested objects included.
+    """
+    defs = schema.get("$defs")
+    return _strip_object(schema, arguments, defs if isinstance(defs, Mapping) else {})
+
+
+def _strip_object(
+    schema: Mapping[str, Any], value: Mapping[str, Any], defs: Mapping[str, Any]
+) -> dict[str, Any]:
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return dict(value)
+    required = schema.get("required") or ()
+    result: dict[str, Any] = {}
+    for key, item in value.items():
+        sub = _resolve(properties.get(key), defs)
+        if item is None and key not in required and not _accepts_null(sub, defs):
+            continue
+        result[key] = _strip_value(sub, item, defs)
+    return result
+
+
+def _strip_value(schema: Any, value: Any, defs: Mapping[str, Any]) -> Any:
+    if not isinstance(schema, Mapping):
+        return value
+    if isinstance(value, Mapping):
+        return _strip_object(schema, value, defs)
+    items = _resolve(schema.get("items"), defs)
+    if isinstance(value, list) and isinstance(items, Mapping):
+        return [_strip_value(items, element, defs) for element in value]
+    return value
+
+
+def _resolve(schema: Any, defs: Mapping[str, Any]) -> Any:
+    if isinstance(schema, Mapping):
+        target = schema.get("$ref")
+        if isinstance(target, str) and target.startswith(_DEFS_PREFIX):
+            return defs.get(target.removeprefix(_DEFS_PREFIX), schema)
+    return schema
+
+
+def _accepts_null(schema: Any, defs: Mapping[str, Any]) -> bool:
+    schema = _resolve(schema, defs)
+    if not isinstance(schema, Mapping):
+        return schema is not False  # no schema, or `true`, accepts anything
+    if "null" in _types(schema) or schema.get("const", ...) is None:
+        return True
+    if None in (schema.get("enum") or ()):
+        return True
+    choices = schema.get("anyOf", schema.get("oneOf"))
+    if isinstance(choices, list):
+        return any(_accepts_null(c, defs) for c in choices)
+    return not {"type", "enum", "const", "$ref"} & schema.keys()
