@@ -45,6 +45,7 @@ class LedgerConfig:
     path: Path | None = None
     dsn: str | None = None
     synchronous: Literal["normal", "full"] = "normal"
+    commit: Literal["each", "group"] = "each"
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +165,7 @@ def from_mapping(
             path=_resolve(root, ledger["path"]) if "path" in ledger else None,
             dsn=ledger.get("dsn"),
             synchronous=ledger.get("synchronous", "normal"),
+            commit=ledger.get("commit", "each"),
         ),
         exposure=exposure,
         policy=policy,

@@ -45,7 +45,7 @@ from toolkernel.dispatch import Adapter, Invocation, NativeAdapter, Outcome, dis
 from toolkernel.errors import ConfigError, DefinitionError
 from toolkernel.exposure import select_exposed
 from toolkernel.functions import FunctionTool
-from toolkernel.ledger import EventType, Ledger, NewEvent, SqliteLedger
+from toolkernel.ledger import EventType, GroupCommitLedger, Ledger, NewEvent, SqliteLedger
 from toolkernel.normalize import DEFAULT_CHAIN, Finishing, Processor
 from toolkernel.pathguard import PathGuard
 from toolkernel.policy import Decision, authorize, rate_keys
@@ -111,10 +111,13 @@ class _Journal:
     def write(self, events: Iterable[NewEvent]) -> None:
         self._events.extend(events)
 
-    def flush(self) -> None:
+    def flush(self, *, durable: bool = False) -> None:
+        """Hand the events to the ledger; with ``durable``, wait until they are stored."""
         if self._events:
             events, self._events = self._events, []
             self._ledger.append(self._run_id, events)
+        if durable:
+            self._ledger.sync()
 
 
 class Kernel:
@@ -311,7 +314,8 @@ class Kernel:
                 self._conclude(admission, outcomes[i], journal)
                 for i, admission in enumerate(admissions)
             ]
-            journal.flush()
+            # The result of a call that changed something is stored before it returns.
+            journal.flush(durable=exclusive)
             return results
         finally:
             try:
@@ -388,7 +392,7 @@ class Kernel:
         if tool.definition.concurrency_group is not ConcurrencyGroup.READ_ONLY:
             # A call that can change things is on disk before it runs. A READ_ONLY call
             # changes nothing, so its REQUEST and STARTED go in with its RESULT.
-            journal.flush()
+            journal.flush(durable=True)
         return _Admitted(request, tool, decision, inflight, started_at=started_at)
 
     async def _execute(
@@ -623,7 +627,7 @@ class Kernel:
         )
         events.append(NewEvent(EventType.APPROVAL_REQUESTED, held.to_dict(), request.tool_call_id))
         journal.write(events)
-        journal.flush()  # the hold is on disk before anyone is asked
+        journal.flush(durable=True)  # the hold is on disk before anyone is asked
         events.clear()
         if self.approver is None:
             return Decision(
@@ -783,7 +787,8 @@ def _approval_required_message(tool: str) -> str:
 
 def _open_ledger(config: Config) -> Ledger:
     if config.ledger.backend == "sqlite":
-        return SqliteLedger(config.ledger_path, synchronous=config.ledger.synchronous)
+        ledger: Ledger = SqliteLedger(config.ledger_path, synchronous=config.ledger.synchronous)
+        return GroupCommitLedger(ledger) if config.ledger.commit == "group" else ledger
     raise ConfigError(
         "ledger.backend: the 'postgres' backend is not available in this version; use 'sqlite'"
     )

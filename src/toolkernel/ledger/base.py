@@ -267,6 +267,24 @@ class Ledger(abc.ABC):
     def close(self) -> None:
         """Release the storage. Closing twice is harmless."""
 
+    def append_batch(self, batches: Sequence[tuple[str, Sequence[NewEvent]]]) -> None:
+        """Append several runs' events; backends that can make it one transaction do.
+
+        Raises:
+            LedgerError: what was not stored (the default appends run by run).
+        """
+        for run_id, events in batches:
+            self.append(run_id, events)
+
+    def sync(self) -> None:
+        """Return once everything appended so far is stored.
+
+        Ledgers whose ``append`` stores before returning have nothing to wait for.
+
+        Raises:
+            LedgerError: something appended earlier could not be stored.
+        """
+
     def __enter__(self) -> Self:
         return self
 

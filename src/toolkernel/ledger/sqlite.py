@@ -197,6 +197,42 @@ class SqliteLedger(Ledger):
             for row, p, e in zip(rows, prepared, events, strict=True)
         ]
 
+    def append_batch(self, batches: Sequence[tuple[str, Sequence[NewEvent]]]) -> None:
+        """Append several runs' events in one transaction: all are stored, or none.
+
+        Raises:
+            LedgerError: nothing was stored.
+            TypeError: a payload is not JSON-able; nothing was stored.
+            ValueError: a payload holds NaN or Infinity; nothing was stored.
+        """
+        merged: dict[str, list[_Prepared]] = {}
+        for run_id, events in batches:
+            merged.setdefault(run_id, []).extend(
+                (EventType(e.type), e.tool_call_id, canonical_json(e.payload), e.index_key)
+                for e in events
+            )
+        if not any(merged.values()):
+            return
+        at = _utc_now()
+        with self._lock:
+            conn = self._live()
+            heads: dict[str, _Head] = {}
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                for run_id, prepared in merged.items():
+                    if prepared:
+                        rows = self._insert(conn, run_id, at, prepared)
+                        heads[run_id] = (rows[-1][1], rows[-1][7])
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                _rollback(conn)
+                for run_id in merged:
+                    self._heads.pop(run_id, None)  # reload: the cache may be half-advanced
+                if isinstance(exc, sqlite3.Error | OSError):
+                    raise LedgerError(f"could not append to {self._path}: {exc}") from exc
+                raise
+            self._heads.update(heads)
+
     def _insert(
         self, conn: sqlite3.Connection, run_id: str, at: str, prepared: list[_Prepared]
     ) -> list[tuple[Any, ...]]:
