@@ -6,6 +6,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
+# Real MCP peers for the tests (server-everything, the conformance suite), from npm.
+PEERS := node_modules/.installed
 
 .PHONY: demo test check lint typecheck pytest bench clean
 
@@ -20,6 +22,11 @@ demo: $(STAMP)
 
 test: lint typecheck pytest
 
+$(PEERS): package.json
+	@command -v npm >/dev/null || { echo "make test needs Node.js 20+ and npm for the MCP test peers"; exit 1; }
+	npm install --no-audit --no-fund --loglevel=error
+	@touch $(PEERS)
+
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
@@ -27,7 +34,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP)
+pytest: $(STAMP) $(PEERS)
 	$(BIN)/pytest
 
 bench: $(STAMP)

@@ -1,8 +1,19 @@
 """Content-addressed artifact store: the full output behind a bounded projection.
 
-Artifacts live under ``<state dir>/artifacts/<aa>/<sha256 hex>`` with a JSON sidecar
-for metadata (media type, size, producing call). Directories are 0700 and files 0600:
-artifacts hold unredacted output, for audit only.
+Artifacts live under ``<root>/<aa>/<sha256 hex>`` with a JSON sidecar for metadata
+(media type, size, producing call). Directories are 0700 and files 0600 from their
+first byte: artifacts hold unredacted output, for audit only.
+
+Three ways in, all with bounded memory except the first:
+
+* ``put(data)`` for output already in memory (a JSON projection that was too big);
+* ``put_file(path, move=True)`` for a file written elsewhere, such as a process's
+  stdout: hashed in chunks, then renamed into place (same file system) or copied;
+* ``writer()`` for output produced piece by piece: bytes are hashed as they are
+  written to a staging file, which becomes the artifact on ``commit()``.
+
+Staging files live in ``<root>/.incoming`` so that finishing an artifact is a
+rename, never a second copy.
 """
 
 from __future__ import annotations
@@ -10,16 +21,22 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, BinaryIO, Final, Self
 
 from toolkernel.calls import ArtifactRef, timestamp
 from toolkernel.errors import UsageError
 
-__all__ = ["ArtifactStore"]
+__all__ = ["ArtifactStore", "ArtifactWriter"]
 
-_PREFIX = "sha256:"
+_PREFIX: Final = "sha256:"
+_CHUNK: Final = 1024 * 1024
+"""Bytes read per step while hashing or copying: the memory bound of ingestion."""
+_STAGING: Final = ".incoming"
 
 
 class ArtifactStore:
@@ -37,26 +54,71 @@ class ArtifactStore:
         producer: str | None = None,
     ) -> ArtifactRef:
         """Store ``data`` (idempotent: the same bytes give the same ref)."""
-        digest = hashlib.sha256(data).hexdigest()
-        target = self._path(digest)
-        if not target.exists():
+        with self.writer(media_type=media_type, description=description, producer=producer) as w:
+            w.write(data)
+            return w.commit()
+
+    def put_file(
+        self,
+        path: Path,
+        *,
+        media_type: str = "application/octet-stream",
+        description: str = "",
+        producer: str | None = None,
+        move: bool = False,
+    ) -> ArtifactRef:
+        """Store the contents of ``path`` without holding them in memory.
+
+        Args:
+            path: a regular file; with ``move`` it is consumed (renamed into the store
+                when on the same file system, else copied and removed).
+            media_type: the artifact's media type.
+            description: what the artifact is, for the model and the audit.
+            producer: the tool call that produced it.
+            move: take the file instead of copying it.
+
+        Raises:
+            UsageError: ``path`` is not a regular file.
+        """
+        if not path.is_file() or path.is_symlink():
+            raise UsageError("put_file needs a regular file")
+        if move:
+            digest, size = _hash_file(path)
+            target = self._path(digest)
             _ensure_private_dir(target.parent)
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
-            try:
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(data)
-                Path(tmp).chmod(0o600)
-                Path(tmp).replace(target)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-        ref = ArtifactRef(_PREFIX + digest, media_type, len(data), description)
-        meta = {**ref.to_dict(), "producer": producer, "storedAt": timestamp()}
-        meta_path = target.with_suffix(".json")
-        if not meta_path.exists():
-            meta_path.write_text(json.dumps(meta), encoding="utf-8")
-            meta_path.chmod(0o600)
-        return ref
+            if target.exists():
+                path.unlink()
+            else:
+                path.chmod(0o600)
+                try:
+                    path.replace(target)
+                except OSError:  # another file system: fall back to copy + unlink
+                    ref = self._copy_in(path, media_type, description, producer)
+                    path.unlink()
+                    return ref
+            return self._finish(digest, size, media_type, description, producer)
+        return self._copy_in(path, media_type, description, producer)
+
+    @contextmanager
+    def writer(
+        self,
+        *,
+        media_type: str = "application/octet-stream",
+        description: str = "",
+        producer: str | None = None,
+    ) -> Iterator[ArtifactWriter]:
+        """A streaming writer; ``commit()`` it, or the staged bytes are discarded."""
+        staged = ArtifactWriter(self, media_type, description, producer)
+        with staged:
+            yield staged
+
+    def staging_dir(self) -> Path:
+        """A fresh private directory on the store's file system, for files to ``move`` in."""
+        base = self.root / _STAGING
+        _ensure_private_dir(base)
+        path = base / secrets.token_hex(8)
+        path.mkdir(mode=0o700)
+        return path
 
     def read(self, artifact_id: str, start: int = 0, end: int | None = None) -> bytes:
         """Bytes ``[start, end)`` of an artifact.
@@ -64,22 +126,123 @@ class ArtifactStore:
         Raises:
             UsageError: the id is malformed or unknown.
         """
+        with self.open(artifact_id) as handle:
+            handle.seek(max(0, start))
+            return handle.read(-1 if end is None else max(0, end - max(0, start)))
+
+    def open(self, artifact_id: str) -> BinaryIO:
+        """The artifact's bytes as a file opened for reading, for streaming consumers.
+
+        Raises:
+            UsageError: the id is malformed or unknown.
+        """
         path = self._path(_digest(artifact_id))
-        if not path.is_file():
-            raise UsageError(f"unknown artifact {artifact_id}")
-        with path.open("rb") as handle:
-            handle.seek(start)
-            return handle.read(-1 if end is None else max(0, end - start))
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            raise UsageError(f"unknown artifact {artifact_id[:80]}") from exc
+        return os.fdopen(fd, "rb")
 
     def metadata(self, artifact_id: str) -> dict[str, Any]:
+        """The sidecar: id, type, size, description, producer, storedAt.
+
+        Raises:
+            UsageError: the id is malformed or unknown.
+        """
         meta = self._path(_digest(artifact_id)).with_suffix(".json")
         if not meta.is_file():
-            raise UsageError(f"unknown artifact {artifact_id}")
+            raise UsageError(f"unknown artifact {artifact_id[:80]}")
         loaded: dict[str, Any] = json.loads(meta.read_text(encoding="utf-8"))
         return loaded
 
+    def _copy_in(
+        self, path: Path, media_type: str, description: str, producer: str | None
+    ) -> ArtifactRef:
+        with (
+            path.open("rb") as source,
+            self.writer(media_type=media_type, description=description, producer=producer) as w,
+        ):
+            while chunk := source.read(_CHUNK):
+                w.write(chunk)
+            return w.commit()
+
+    def _finish(
+        self, digest: str, size: int, media_type: str, description: str, producer: str | None
+    ) -> ArtifactRef:
+        ref = ArtifactRef(_PREFIX + digest, media_type, size, description)
+        meta_path = self._path(digest).with_suffix(".json")
+        if not meta_path.exists():
+            # The first producer is kept: the same bytes from a later call are the same
+            # artifact, and rewriting the sidecar would race with readers.
+            meta = {**ref.to_dict(), "producer": producer, "storedAt": timestamp()}
+            _write_private(meta_path, json.dumps(meta).encode())
+        return ref
+
     def _path(self, digest: str) -> Path:
         return self.root / digest[:2] / digest
+
+
+class ArtifactWriter:
+    """Bytes hashed while they are staged; ``commit()`` turns them into an artifact."""
+
+    def __init__(
+        self, store: ArtifactStore, media_type: str, description: str, producer: str | None
+    ) -> None:
+        self._store = store
+        self._meta = (media_type, description, producer)
+        self._hash = hashlib.sha256()
+        self.size = 0
+        staging = store.root / _STAGING
+        _ensure_private_dir(staging)
+        self._path = staging / f"w-{secrets.token_hex(8)}"
+        fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        self._file: BinaryIO | None = os.fdopen(fd, "wb")
+
+    def write(self, data: bytes) -> None:
+        if self._file is None:
+            raise UsageError("the artifact writer is closed")
+        self._file.write(data)
+        self._hash.update(data)
+        self.size += len(data)
+
+    def commit(self) -> ArtifactRef:
+        """Close the staging file and move it into the store under its hash."""
+        if self._file is None:
+            raise UsageError("the artifact writer is closed")
+        self._file.close()
+        self._file = None
+        digest = self._hash.hexdigest()
+        target = self._store._path(digest)
+        _ensure_private_dir(target.parent)
+        if target.exists():
+            self._path.unlink()
+        else:
+            self._path.replace(target)
+        return self._store._finish(digest, self.size, *self._meta)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+            self._path.unlink(missing_ok=True)
+
+
+def _hash_file(path: Path) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    size = 0
+    with path.open("rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
 
 
 def _digest(artifact_id: str) -> str:
@@ -90,4 +253,23 @@ def _digest(artifact_id: str) -> str:
 
 
 def _ensure_private_dir(path: Path) -> None:
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    # mkdir(parents=True) gives parents the umask's mode, so each level is made
+    # private explicitly; existing directories outside the store are left alone.
+    if path.is_dir():
+        return
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for directory in reversed(missing):
+        directory.mkdir(mode=0o700, exist_ok=True)
+        directory.chmod(0o700)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -65,6 +65,7 @@ class Config:
     verification: VerificationStatus = VerificationStatus.UNKNOWN
     tool_modules: tuple[str, ...] = ()
     tool_definitions: tuple[Path, ...] = ()
+    sandbox: Mapping[str, Any] = field(default_factory=dict)
     source: Path | None = None
 
     @property
@@ -175,6 +176,7 @@ def from_mapping(
         verification=VerificationStatus(run.get("verification", VerificationStatus.UNKNOWN)),
         tool_modules=tuple(tools.get("modules", ())),
         tool_definitions=tuple(_resolve(base, p) for p in tools.get("definitions", ())),
+        sandbox=dict(data.get("sandbox", {})),
         source=source,
     )
 

@@ -151,10 +151,16 @@ async def _attempt(
             code=signal.code,
             message=signal.safe_message,
             output=signal.output,
+            artifacts=signal.artifacts,
             retryable=info.retryable if signal.retryable is None else signal.retryable,
         )
     except ToolPartial as signal:
-        return Outcome(Status.PARTIAL, message=signal.safe_message, output=signal.output)
+        return Outcome(
+            Status.PARTIAL,
+            message=signal.safe_message,
+            output=signal.output,
+            artifacts=signal.artifacts,
+        )
     except CancelledByRuntime as signal:
         return _from_code(signal.reason, tool=name)
     except Exception as exc:  # noqa: BLE001 - the isolation boundary around tool code

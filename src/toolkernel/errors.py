@@ -20,9 +20,13 @@ ledger, never to the model.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from toolkernel.codes import ErrorCode
+
+if TYPE_CHECKING:
+    from toolkernel.calls import ArtifactRef
 
 __all__ = [
     "ConfigError",
@@ -84,6 +88,7 @@ class ToolFailed(ToolSignal):
         code: one of the FAILED codes of the taxonomy.
         retryable: whether the same call may succeed later; defaults to the code's.
         output: structured output to return alongside the failure.
+        artifacts: refs to output kept in the artifact store (e.g. partial output).
     """
 
     def __init__(
@@ -93,18 +98,23 @@ class ToolFailed(ToolSignal):
         code: ErrorCode = ErrorCode.TOOL_ERROR,
         retryable: bool | None = None,
         output: Any = None,
+        artifacts: Sequence[ArtifactRef] = (),
     ) -> None:
         super().__init__(safe_message)
         self.safe_message = safe_message
         self.code = code
         self.retryable = retryable
         self.output = output
+        self.artifacts = tuple(artifacts)
 
 
 class ToolPartial(ToolSignal):
     """The tool produced usable but incomplete output."""
 
-    def __init__(self, safe_message: str, *, output: Any = None) -> None:
+    def __init__(
+        self, safe_message: str, *, output: Any = None, artifacts: Sequence[ArtifactRef] = ()
+    ) -> None:
         super().__init__(safe_message)
         self.safe_message = safe_message
         self.output = output
+        self.artifacts = tuple(artifacts)

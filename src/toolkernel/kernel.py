@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType, TracebackType
 from typing import Any, Self
@@ -37,7 +37,7 @@ from toolkernel.arguments import ArgumentsRejected, parse_arguments
 from toolkernel.artifacts import ArtifactStore
 from toolkernel.calls import ToolCallRequest, ToolCallResult, Usage, new_id, timestamp
 from toolkernel.cancel import CancellationToken
-from toolkernel.codes import ErrorCode, Status
+from toolkernel.codes import ErrorCode, Status, safe_message
 from toolkernel.config import Config, load_config
 from toolkernel.context import RunContext, ToolContext
 from toolkernel.definition import ConcurrencyGroup, ExecutionMode, ToolDefinition
@@ -53,12 +53,18 @@ from toolkernel.redaction import Redactor
 from toolkernel.registry import RegisteredTool, Registry
 from toolkernel.replay import RecordedResults
 from toolkernel.run import Run, ToolCall
-from toolkernel.validation import ValidationResult, validate
+from toolkernel.validation import ValidationResult, Violation, validate
 
 __all__ = ["Kernel", "ProgressListener"]
 
 ProgressListener = Callable[[str, float, float | None, str | None], None]
 """Called with (tool call id, progress, total, message) as a tool reports progress."""
+
+ArgumentCheck = Callable[[Mapping[str, Any]], Violation | None]
+"""A tool's own semantic check, run after its schema and the path guard passed."""
+
+ApprovalCheck = Callable[[Mapping[str, Any]], Sequence[str]]
+"""Reasons a human must approve this particular call (empty: none of its own)."""
 
 _SANDBOXED = frozenset(
     {ExecutionMode.SANDBOX_READ_ONLY, ExecutionMode.SANDBOX_WRITE, ExecutionMode.PROCESS}
@@ -129,6 +135,9 @@ class Kernel:
         approver: decides calls that need approval; without one they are DENIED.
         adapters: extra or replacement adapters by execution mode.
         builtins: register ``memory.read`` and ``policy.explain``.
+        workspace_tools: register the workspace tools (``repo.search``, ``file.read``,
+            ``file.patch``, ``shell.run``, ``verifier.run``, ``artifact.read``) and the
+            sandbox adapter they run under.
         recorded: serve recorded results instead of running tools (replay).
         processors: the post-dispatch chain (normalize → artifactize → redact).
     """
@@ -141,6 +150,7 @@ class Kernel:
         approver: Approver | None = None,
         adapters: Mapping[ExecutionMode, Adapter] | None = None,
         builtins: bool = True,
+        workspace_tools: bool = True,
         recorded: RecordedResults | None = None,
         processors: Sequence[Processor] = DEFAULT_CHAIN,
         secrets: Iterable[str] = (),
@@ -158,11 +168,17 @@ class Kernel:
         self.processors = tuple(processors)
         self._inflight: dict[tuple[str, str], _Inflight] = {}
         self._generation = 0
+        self._argument_checks: dict[str, ArgumentCheck] = {}
+        self._approval_checks: dict[str, ApprovalCheck] = {}
         if builtins:
             from toolkernel.builtins import BUILTIN_TOOLS
 
             for builtin in BUILTIN_TOOLS:
                 self.register(builtin)
+        if workspace_tools:
+            from toolkernel.tools import install
+
+            install(self)
         self._load_configured_tools()
 
     @classmethod
@@ -184,6 +200,21 @@ class Kernel:
         registered = self.registry.register(tool, handler, **kwargs)
         self._generation += 1
         return registered
+
+    def add_checks(
+        self,
+        tool_name: str,
+        *,
+        arguments: ArgumentCheck | None = None,
+        approval: ApprovalCheck | None = None,
+    ) -> None:
+        """Attach a tool's own checks: ``arguments`` runs in validation (its violation
+        makes the call INVALID_ARGUMENTS), ``approval`` in authorization (its reasons
+        hold the call for approval). ``shell.run``'s command policy uses both."""
+        if arguments is not None:
+            self._argument_checks[tool_name] = arguments
+        if approval is not None:
+            self._approval_checks[tool_name] = approval
 
     def start_run(self, context: RunContext | None = None, **fields: Any) -> Run:
         """Begin a run; unspecified context fields come from the configuration."""
@@ -356,15 +387,7 @@ class Kernel:
                 return known
             inflight = known
 
-        decision = authorize(
-            self.config.policy,
-            tool.definition,
-            run.context,
-            run.meter,
-            paths=[p.relative for p in checked.paths],
-        )
-        if decision.allowed and tool.definition.execution_mode not in self.adapters:
-            decision = _no_adapter(tool.definition)
+        decision = self._authorize(run, tool, request, checked)
         if decision.allowed and decision.requires_approval:
             decision = await self._approve(run, request, tool, decision, events, journal)
         if not decision.allowed:
@@ -493,12 +516,47 @@ class Kernel:
                 call_id, rejected.code, fields={"tool": name, **rejected.fields}
             )
         checked = validate(tool, request.arguments or {}, self.guard)
-        if checked.violation is not None:
-            v = checked.violation
+        violation = checked.violation
+        if violation is None and name in self._argument_checks:
+            violation = self._argument_checks[name](request.arguments or {})
+        if violation is not None:
             return ToolCallResult.from_code(
-                call_id, v.code, fields={"tool": name, "property": v.property, **v.fields}
+                call_id,
+                violation.code,
+                fields={"tool": name, "property": violation.property, **violation.fields},
             )
         return tool, checked
+
+    def _authorize(
+        self, run: Run, tool: RegisteredTool, request: ToolCallRequest, checked: ValidationResult
+    ) -> Decision:
+        """The policy's decision, the tool's own approval reasons, an adapter to run it."""
+        decision = authorize(
+            self.config.policy,
+            tool.definition,
+            run.context,
+            run.meter,
+            paths=[p.relative for p in checked.paths],
+        )
+        if decision.allowed and tool.definition.execution_mode not in self.adapters:
+            return _no_adapter(tool.definition)
+        check = self._approval_checks.get(tool.name)
+        if decision.allowed and check is not None:
+            try:
+                reasons = tuple(check(request.arguments or {}))
+            except Exception:  # noqa: BLE001 - a check that cannot decide denies
+                return Decision(
+                    False,
+                    ErrorCode.POLICY_ERROR,
+                    safe_message(ErrorCode.POLICY_ERROR, tool=tool.name),
+                )
+            if reasons:
+                decision = replace(
+                    decision,
+                    requires_approval=True,
+                    approval_reasons=(*decision.approval_reasons, *reasons),
+                )
+        return decision
 
     def explain(
         self,
@@ -525,15 +583,7 @@ class Kernel:
                 tool_name, assessed.status, assessed.error_code, assessed.safe_message
             )
         tool, checked = assessed
-        decision = authorize(
-            self.config.policy,
-            tool.definition,
-            run.context,
-            run.meter,
-            paths=[p.relative for p in checked.paths],
-        )
-        if decision.allowed and tool.definition.execution_mode not in self.adapters:
-            decision = _no_adapter(tool.definition)
+        decision = self._authorize(run, tool, request, checked)
         if not decision.allowed:
             return _explanation(
                 tool_name, Status.DENIED, decision.reason_code, decision.safe_message
@@ -633,7 +683,7 @@ class Kernel:
             return Decision(
                 False,
                 ErrorCode.APPROVAL_REQUIRED,
-                _approval_required_message(tool.name),
+                _approval_required_message(tool.name, decision.approval_reasons),
             )
         try:
             answer = await ask(self.approver, held)
@@ -766,8 +816,6 @@ def _settle(
 
 
 def _no_adapter(definition: ToolDefinition) -> Decision:
-    from toolkernel.codes import safe_message
-
     if definition.execution_mode in _SANDBOXED:
         code = ErrorCode.SANDBOX_UNAVAILABLE
     else:
@@ -775,13 +823,13 @@ def _no_adapter(definition: ToolDefinition) -> Decision:
     return Decision(False, code, safe_message(code, tool=definition.name))
 
 
-def _approval_required_message(tool: str) -> str:
-    from toolkernel.codes import safe_message
-
+def _approval_required_message(tool: str, reasons: Sequence[str]) -> str:
+    why = f"It is held because {'; '.join(reasons)}. " if reasons else ""
     return safe_message(
         ErrorCode.APPROVAL_REQUIRED,
         tool=tool,
-        how="Ask the user to approve it (CLI: rerun with --approve; library: pass an approver).",
+        how=f"{why}Ask the user to approve it "
+        "(CLI: rerun with --approve; library: pass an approver).",
     )
 
 

@@ -49,7 +49,7 @@ def fail(reason: str) -> None:
 
 @pytest.fixture
 def kernel(tmp_path: Path) -> Iterator[Kernel]:
-    with Kernel(Config.default(tmp_path)) as kernel:
+    with Kernel(Config.default(tmp_path), workspace_tools=False) as kernel:
         kernel.register(search)
         kernel.register(fail)
         yield kernel

@@ -61,7 +61,7 @@ def add(a: int, b: int) -> dict:
 
 @pytest.fixture
 def kernel(tmp_path: Path) -> Iterator[Kernel]:
-    with Kernel(Config.default(tmp_path)) as kernel:
+    with Kernel(Config.default(tmp_path), workspace_tools=False) as kernel:
         kernel.register(search)
         kernel.register(add)
         yield kernel

@@ -167,7 +167,7 @@ def test_any_document_gives_usable_calls_or_a_provider_format_error(document: An
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory) -> Any:
     workspace: Path = tmp_path_factory.mktemp("workspace")
-    with Kernel(Config.default(workspace)) as kernel:
+    with Kernel(Config.default(workspace), workspace_tools=False) as kernel:
         kernel.register(add)
         yield kernel
 

@@ -151,8 +151,17 @@ def bwrap_argv(argv: Sequence[str], spec: SandboxSpec, *, bwrap: Path) -> list[s
     for path in (*_program_prefixes(argv[0], spec), *spec.extra_ro_binds):
         if not _covered(path, spec.workspace):
             mounts.append(("--ro-bind", str(path), str(path)))
+    mounts.extend(("--bind", str(p), str(p)) for p in spec.extra_rw_binds)
     ws = str(spec.workspace)
     mounts.append(("--bind" if spec.writable else "--ro-bind", ws, ws))
+    # Inside the workspace bind, so these override it: protected paths stay protected
+    # even from a command that runs with the workspace writable.
+    mounts.extend(("--ro-bind", str(p), str(p)) for p in spec.read_only if p.exists())
+    for path in spec.hidden:
+        if path.is_dir() and not path.is_symlink():
+            mounts.append(("--tmpfs", str(path)))
+        elif path.exists() and not path.is_symlink():
+            mounts.append(("--ro-bind", "/dev/null", str(path)))
     flags = [*_NAMESPACE_FLAGS, "--share-net"] if spec.network else list(_NAMESPACE_FLAGS)
     return [
         str(bwrap),

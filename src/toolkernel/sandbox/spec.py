@@ -67,6 +67,13 @@ class SandboxSpec:
         limits: Resource ceilings.
         extra_ro_binds: Host paths additionally mounted read-only at the same path
             (toolchains outside ``/usr`` that the interpreter heuristic misses).
+        read_only: Paths inside the workspace mounted read-only even when the
+            workspace is writable (``.git``: commands may read history, not rewrite it).
+        extra_rw_binds: Host directories outside the workspace mounted read-write at
+            the same path (a private report directory the runtime reads back).
+        hidden: Paths inside the workspace the command must not see: a directory
+            becomes an empty tmpfs, a file an empty read-only file (the runtime's
+            state directory, ``.env``, keys).
     """
 
     workspace: Path
@@ -76,6 +83,9 @@ class SandboxSpec:
     cwd: str = "."
     limits: SandboxLimits = field(default_factory=SandboxLimits)
     extra_ro_binds: Sequence[Path] = ()
+    read_only: Sequence[Path] = ()
+    hidden: Sequence[Path] = ()
+    extra_rw_binds: Sequence[Path] = ()
 
     def __post_init__(self) -> None:
         if not self.workspace.is_absolute():
@@ -84,6 +94,12 @@ class SandboxSpec:
         # their dict cannot change what a running command receives.
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
         object.__setattr__(self, "extra_ro_binds", tuple(self.extra_ro_binds))
+        object.__setattr__(self, "extra_rw_binds", tuple(self.extra_rw_binds))
+        for name in ("read_only", "hidden"):
+            paths = tuple(getattr(self, name))
+            if any(not p.is_relative_to(self.workspace) for p in paths):
+                raise ValueError(f"SandboxSpec.{name} must lie inside the workspace")
+            object.__setattr__(self, name, paths)
         self.cwd_path()
 
     def cwd_path(self) -> Path:

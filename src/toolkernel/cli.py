@@ -1,0 +1,316 @@
+"""``toolkernel``: a thin shell over the public API.
+
+Exit codes: 0 success (a call that SUCCEEDED or was PARTIAL), 1 a call with any other
+status or a check that found problems, 2 a usage or configuration error. Errors print
+as ``ErrorName: message`` on stderr, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from toolkernel.approval import TerminalApprover, approve_all
+from toolkernel.codes import CATALOG, Status
+from toolkernel.config import CONFIG_SCHEMA, Config, load_config
+from toolkernel.context import RunState
+from toolkernel.errors import ToolkernelError
+from toolkernel.kernel import Kernel
+from toolkernel.ledger import SqliteLedger
+from toolkernel.replay import exchanges
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except ToolkernelError as exc:
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("Interrupted.", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="toolkernel", description="The governed tool-calling runtime of a coding agent."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    call = commands.add_parser("call", help="propose one tool call and print its projection")
+    call.add_argument("tool")
+    call.add_argument("--args", default="{}", help="the arguments as JSON (default {})")
+    call.add_argument("--version", dest="tool_version", help="a specific tool version")
+    _common(call)
+    call.add_argument("--state", type=_run_state, help="the run state (default from config)")
+    call.add_argument("--profile", help="the permission profile (default from config)")
+    call.add_argument("--run", dest="run_id", help="continue this run's ledger chain")
+    call.add_argument("--idempotency-key")
+    call.add_argument("--approve", action="store_true", help="approve calls that need it")
+    call.set_defaults(handler=_call)
+
+    tools = commands.add_parser("tools", help="list the tools exposed in a run state")
+    _common(tools)
+    tools.add_argument("--state", type=_run_state)
+    tools.add_argument("--profile")
+    tools.add_argument("--format", choices=("table", "json"), default="table")
+    tools.set_defaults(handler=_tools)
+
+    ledger = commands.add_parser("ledger", help="read and verify the audit ledger")
+    ledger_commands = ledger.add_subparsers(dest="ledger_command", required=True)
+    show = ledger_commands.add_parser("show", help="print events")
+    _common(show)
+    show.add_argument("--run", dest="run_id")
+    show.add_argument("--format", choices=("table", "json"), default="table")
+    show.set_defaults(handler=_ledger_show)
+    verify = ledger_commands.add_parser("verify", help="check every hash chain; exit 1 if broken")
+    _common(verify)
+    verify.add_argument("--run", dest="run_id")
+    verify.set_defaults(handler=_ledger_verify)
+    replay = ledger_commands.add_parser("replay", help="rebuild a run's tool messages")
+    _common(replay)
+    replay.add_argument("--run", dest="run_id", required=True)
+    replay.set_defaults(handler=_ledger_replay)
+
+    demo = commands.add_parser("demo", help="run the end-to-end example and failure drills")
+    demo.add_argument("--keep", action="store_true", help="keep the sample repository")
+    demo.set_defaults(handler=_demo)
+
+    lint = commands.add_parser("lint", help="lint tool definitions for hygiene and poisoning")
+    lint.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    lint.add_argument("--format", choices=("text", "json", "sarif"), default="text")
+    lint.set_defaults(handler=_lint)
+
+    codes = commands.add_parser("codes", help="print the error-code taxonomy")
+    codes.add_argument("--format", choices=("table", "markdown", "json"), default="table")
+    codes.set_defaults(handler=_codes)
+
+    config = commands.add_parser("config", help="configuration helpers")
+    config_commands = config.add_subparsers(dest="config_command", required=True)
+    schema = config_commands.add_parser("schema", help="print the toolkernel.toml JSON Schema")
+    schema.set_defaults(handler=lambda _a: _print_json(CONFIG_SCHEMA))
+    check = config_commands.add_parser("check", help="validate a toolkernel.toml")
+    _common(check)
+    check.set_defaults(handler=_config_check)
+    return parser
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workspace", type=Path, help="the workspace (default: current dir)")
+    parser.add_argument("--config", type=Path, help="toolkernel.toml (default: in workspace)")
+
+
+def _run_state(value: str) -> RunState:
+    try:
+        return RunState(value.upper())
+    except ValueError:
+        choices = ", ".join(s.value for s in RunState)
+        raise argparse.ArgumentTypeError(f"unknown run state {value!r}; use {choices}") from None
+
+
+def _config(args: argparse.Namespace) -> Config:
+    return load_config(args.config, workspace=args.workspace)
+
+
+def _call(args: argparse.Namespace) -> int:
+    config = _config(args)
+    if args.approve:
+        approver = approve_all("cli --approve")
+    elif sys.stdin.isatty():
+        approver = TerminalApprover()
+    else:
+        approver = None
+    with Kernel(config, approver=approver) as kernel:
+        fields: dict[str, Any] = {}
+        if args.run_id:
+            fields["run_id"] = args.run_id
+        if args.state:
+            fields["run_state"] = args.state
+        if args.profile:
+            fields["profile"] = args.profile
+        run = kernel.start_run(**fields)
+        kernel.expose(run)
+        result = kernel.call_sync(
+            run,
+            args.tool,
+            args.args,
+            version=args.tool_version,
+            idempotency_key=args.idempotency_key,
+            requested_by="cli",
+        )
+    _print_json(result.projection())
+    return EXIT_OK if result.status in (Status.SUCCEEDED, Status.PARTIAL) else EXIT_FAILED
+
+
+def _tools(args: argparse.Namespace) -> int:
+    config = _config(args)
+    with Kernel(config) as kernel:
+        fields: dict[str, Any] = {}
+        if args.state:
+            fields["run_state"] = args.state
+        if args.profile:
+            fields["profile"] = args.profile
+        run = kernel.start_run(**fields)
+        definitions = kernel.list_available(run.context)
+    if args.format == "json":
+        return _print_json([d.to_dict() for d in definitions])
+    rows = [
+        (d.name, d.version, str(d.execution_mode), str(d.concurrency_group), d.title)
+        for d in definitions
+    ]
+    _table(("TOOL", "VERSION", "MODE", "GROUP", "TITLE"), rows)
+    return EXIT_OK
+
+
+def _open_ledger(args: argparse.Namespace) -> SqliteLedger:
+    config = _config(args)
+    return SqliteLedger(config.ledger_path, synchronous=config.ledger.synchronous)
+
+
+def _ledger_show(args: argparse.Namespace) -> int:
+    with _open_ledger(args) as ledger:
+        run_ids = [args.run_id] if args.run_id else [r.run_id for r in ledger.runs()]
+        events = [e for run_id in run_ids for e in ledger.events(run_id)]
+    if args.format == "json":
+        return _print_json(
+            [
+                {
+                    "runId": e.run_id,
+                    "seq": e.seq,
+                    "type": str(e.type),
+                    "at": e.at,
+                    "toolCallId": e.tool_call_id,
+                    "payload": e.payload,
+                    "prevHash": e.prev_hash,
+                    "hash": e.hash,
+                }
+                for e in events
+            ]
+        )
+    print_ledger_table(events)
+    return EXIT_OK
+
+
+def print_ledger_table(events: Sequence[Any], out: TextIO | None = None) -> None:
+    """The ledger as the seed shows it: seq, event, tool, and a short summary."""
+    rows = [(str(e.seq), str(e.type), *_summary(e.payload)) for e in events]
+    _table(("SEQ", "EVENT", "TOOL", "SUMMARY"), rows, out=out)
+
+
+def _summary(payload: dict[str, Any]) -> tuple[str, str]:
+    tool = str(payload.get("toolName") or payload.get("tool") or "")
+    if "result" in payload:
+        result = payload["result"]
+        code = f"/{result['errorCode']}" if result.get("errorCode") else ""
+        return tool, f"{result['status']}{code} {_clip(result.get('safeMessage', ''), 70)}"
+    if "arguments" in payload and "argumentsHash" in payload:
+        return tool, _clip(json.dumps(payload.get("arguments"), ensure_ascii=False), 80)
+    if "tools" in payload:
+        names = ", ".join(t["name"] for t in payload["tools"])
+        return "", _clip(f"{len(payload['tools'])} tools: {names}", 80)
+    if "executionMode" in payload:
+        flag = " flagged for review" if payload.get("flaggedForReview") else ""
+        return tool, f"{payload['executionMode']}{flag}"
+    if "progress" in payload:
+        return "", f"progress {payload['progress']}/{payload.get('total')}"
+    if "approver" in payload:
+        return "", f"by {payload['approver']}"
+    if "reasons" in payload:
+        return tool, _clip("; ".join(payload["reasons"]), 80)
+    return tool, _clip(json.dumps(payload, ensure_ascii=False), 80)
+
+
+def _ledger_verify(args: argparse.Namespace) -> int:
+    with _open_ledger(args) as ledger:
+        report = ledger.verify(args.run_id)
+    for problem in report.problems:
+        where = f"seq {problem.seq}" if problem.seq is not None else "run"
+        print(f"{problem.run_id} {where}: {problem.kind}: {problem.detail}")
+    status = "intact" if report.ok else f"BROKEN ({len(report.problems)} problems)"
+    print(f"{report.runs_checked} runs, {report.events_checked} events: {status}")
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _ledger_replay(args: argparse.Namespace) -> int:
+    with _open_ledger(args) as ledger:
+        for exchange in exchanges(ledger, args.run_id):
+            print(json.dumps(exchange.to_dict(), ensure_ascii=False))
+    return EXIT_OK
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from toolkernel.demo import run_demo
+
+    return run_demo(keep=args.keep)
+
+
+def _lint(args: argparse.Namespace) -> int:
+    from toolkernel.lint import run_lint
+
+    report, code = run_lint(args.paths, args.format)
+    print(report, file=sys.stderr if code == EXIT_USAGE else sys.stdout)
+    return code
+
+
+def _codes(args: argparse.Namespace) -> int:
+    rows = [
+        (str(code), str(info.status), "yes" if info.retryable else "no", info.template)
+        for code, info in CATALOG.items()
+    ]
+    if args.format == "json":
+        return _print_json(
+            [
+                {"code": c, "status": s, "retryable": r == "yes", "template": t}
+                for c, s, r, t in rows
+            ]
+        )
+    if args.format == "markdown":
+        print("| code | status | retryable | safe message template |")
+        print("| --- | --- | --- | --- |")
+        for row in rows:
+            print("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
+        return EXIT_OK
+    _table(("CODE", "STATUS", "RETRYABLE", "TEMPLATE"), rows)
+    return EXIT_OK
+
+
+def _config_check(args: argparse.Namespace) -> int:
+    config = _config(args)
+    print(f"{config.source or 'defaults'}: valid (workspace {config.workspace})")
+    return EXIT_OK
+
+
+def _print_json(value: Any) -> int:
+    print(json.dumps(value, ensure_ascii=False, indent=None))
+    return EXIT_OK
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO | None = None) -> None:
+    out = out or sys.stdout
+    widths = [
+        min(max([len(header[i]), *(len(r[i]) for r in rows)]), 60) for i in range(len(header) - 1)
+    ]
+    for row in (header, *rows):
+        cells = [_clip(cell, widths[i]).ljust(widths[i]) for i, cell in enumerate(row[:-1])]
+        print("  ".join([*cells, row[-1]]).rstrip(), file=out)
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,548 @@
+"""The adapter for SANDBOX_READ_ONLY, SANDBOX_WRITE and PROCESS tools, and their `Sandbox`.
+
+A tool in one of these modes is a Python handler, called like a native one; what the
+mode changes is what the handler may *run*. While the call lasts, ``sandbox_for(ctx)``
+returns a `Sandbox` bound to the call: its ``run(argv)`` starts the command under
+bubblewrap with the mode's view of the workspace (read-only for SANDBOX_READ_ONLY,
+writable otherwise), network only when the policy grants it to this tool, an
+environment allow-list, and the configured limits. The output streams to files in the
+artifact store's staging area and becomes two artifacts (stdout, stderr); the handler
+gets a `CommandResult` with exit status, bounded head and tail, and the refs.
+
+Deadlines. The kernel wraps each attempt in ``fail_after(timeoutMs)``; a process
+killed by that scope would lose its courtesy SIGTERM and its result. So a command's
+own timer is set a little shorter (`reserve_s`: room for the grace period and for
+storing the output), and on expiry ``run`` raises ``ToolFailed(TIMEOUT)`` carrying
+the partial output's refs, which the kernel turns into TIMED_OUT. If the kernel's
+scope is cancelled first (the call's token, or the backstop deadline), the runner
+kills the tree at once and ``run`` stores what was captured, then reports it as
+CANCELLED (with the token's reason) or TIMED_OUT. Any other cancellation propagates.
+
+Unsandboxed runs exist only by explicit opt-in (``allow_unsandboxed``, used when
+bubblewrap cannot start); every result of such a call carries ``"sandboxed": false``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final
+
+import anyio
+import anyio.to_thread
+
+from toolkernel.artifacts import ArtifactStore
+from toolkernel.calls import ArtifactRef
+from toolkernel.codes import ErrorCode, safe_message
+from toolkernel.config import Config
+from toolkernel.context import ToolContext
+from toolkernel.definition import ExecutionMode, Permissions, ToolDefinition
+from toolkernel.dispatch import Adapter, Invocation, NativeAdapter
+from toolkernel.errors import SandboxUnavailable, ToolFailed
+from toolkernel.policy import Action
+from toolkernel.sandbox import (
+    TERM_GRACE_S,
+    SandboxLimits,
+    SandboxSpec,
+    find_bwrap,
+    probe,
+    run_sandboxed,
+)
+from toolkernel.tools.commands import DEFAULT_COMMAND_POLICY, CommandPolicy
+
+__all__ = [
+    "DEFAULT_TEST_COMMAND",
+    "SANDBOX_MODES",
+    "CapturedStream",
+    "CommandResult",
+    "Sandbox",
+    "SandboxAdapter",
+    "SandboxSettings",
+    "sandbox_for",
+]
+
+SANDBOX_MODES: Final = (
+    ExecutionMode.SANDBOX_READ_ONLY,
+    ExecutionMode.SANDBOX_WRITE,
+    ExecutionMode.PROCESS,
+)
+
+DEFAULT_TEST_COMMAND: Final = ("python", "-m", "pytest", "-q", "--junitxml={junitxml}")
+"""``verifier.run``'s command; ``{junitxml}`` becomes the report's path."""
+
+PREVIEW_BYTES: Final = 2048
+"""Bytes of head and of tail of each stream that the model sees."""
+
+_RESERVE_FRACTION: Final = 0.1
+_RESERVE_MIN_S: Final = 0.5
+_RESERVE_MAX_S: Final = 5.0
+_ALWAYS_PATH: Final = ("/usr/local/bin", "/usr/bin", "/bin")
+
+_log = logging.getLogger(__name__)
+_CURRENT: contextvars.ContextVar[Sandbox | None] = contextvars.ContextVar(
+    "toolkernel_sandbox", default=None
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxSettings:
+    """How sandboxed tools run; the ``[sandbox]`` section of the configuration.
+
+    Attributes:
+        allow_unsandboxed: when bubblewrap cannot start, run commands without it
+            instead of refusing (each result then says ``"sandboxed": false``).
+        bwrap: an explicit bubblewrap binary (path or command name).
+        limits: CPU, memory, process, file-size and output ceilings per command.
+        env_allow: host variables passed through by name (PATH, LANG, HOME and
+            TMPDIR are always set by the runtime; nothing else enters).
+        env_set: fixed variables for every command.
+        secret_env: variables holding secrets; their values are also masked in
+            everything the model sees.
+        path: the command search path; default: the workspace's ``.venv/bin``, the
+            runtime's interpreter directory, then the system directories.
+        command_policy: allow/ask/deny rules for ``shell.run``.
+        test_command: ``verifier.run``'s argv (``{junitxml}`` is substituted).
+        rg: an explicit ripgrep binary for ``repo.search``.
+    """
+
+    allow_unsandboxed: bool = False
+    bwrap: str | None = None
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
+    env_allow: tuple[str, ...] = ()
+    env_set: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    secret_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    path: tuple[str, ...] | None = None
+    command_policy: CommandPolicy = DEFAULT_COMMAND_POLICY
+    test_command: tuple[str, ...] = DEFAULT_TEST_COMMAND
+    rg: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CapturedStream:
+    """One output stream: its size, a bounded head and tail, and the full artifact."""
+
+    size: int
+    head: str
+    tail: str
+    artifact: ArtifactRef | None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"bytes": self.size, "head": self.head}
+        if self.tail:
+            data["tail"] = self.tail
+        if self.artifact is not None:
+            data["artifact"] = self.artifact.id
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """How a command ended, with its output stored as artifacts."""
+
+    argv: tuple[str, ...]
+    exit_code: int | None
+    timed_out: bool
+    cancelled: bool
+    stdout: CapturedStream
+    stderr: CapturedStream
+    output_truncated: bool
+    duration_s: float
+    sandboxed: bool
+
+    @property
+    def artifacts(self) -> tuple[ArtifactRef, ...]:
+        return tuple(s.artifact for s in (self.stdout, self.stderr) if s.artifact is not None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The bounded projection: exit status, head/tail of each stream, artifact ids."""
+        return {
+            "exitCode": self.exit_code,
+            "timedOut": self.timed_out,
+            "cancelled": self.cancelled,
+            "durationMs": round(self.duration_s * 1000),
+            "stdout": self.stdout.to_dict(),
+            "stderr": self.stderr.to_dict(),
+            "outputTruncated": self.output_truncated,
+            "sandboxed": self.sandboxed,
+            "artifacts": [ref.to_dict() for ref in self.artifacts],
+        }
+
+
+class SandboxAdapter:
+    """Runs sandbox-mode tools; register it for each of `SANDBOX_MODES`.
+
+    Args:
+        settings: how commands run.
+        bwrap: the checked bubblewrap binary, or ``None`` to run unsandboxed (only
+            what `create` does under ``allow_unsandboxed``).
+    """
+
+    def __init__(self, settings: SandboxSettings | None = None, *, bwrap: Path | None) -> None:
+        self.settings = settings or SandboxSettings()
+        self.bwrap = bwrap
+        self._native = NativeAdapter()
+        self._base_env = _base_env(self.settings)
+
+    @classmethod
+    def create(
+        cls, config: Config | None = None, settings: SandboxSettings | None = None
+    ) -> SandboxAdapter:
+        """Find and probe bubblewrap; the adapter for ``config``'s sandboxed tools.
+
+        Raises:
+            SandboxUnavailable: bubblewrap cannot start here and unsandboxed runs were
+                not allowed.
+        """
+        del config  # the [sandbox] keys arrive as ``settings`` until Config carries them
+        settings = settings or SandboxSettings()
+        try:
+            bwrap = find_bwrap(settings.bwrap)
+            probe(bwrap)
+        except SandboxUnavailable as exc:
+            if not settings.allow_unsandboxed:
+                raise
+            _log.warning("running sandbox-mode tools UNSANDBOXED (opted in): %s", exc.reason)
+            return cls(settings, bwrap=None)
+        return cls(settings, bwrap=bwrap)
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.bwrap is not None
+
+    def adapters(self) -> dict[ExecutionMode, Adapter]:
+        """This adapter for each sandbox mode, for ``Kernel(adapters=...)``."""
+        return dict.fromkeys(SANDBOX_MODES, self)
+
+    async def invoke(self, invocation: Invocation) -> Any:
+        ctx = invocation.context
+        if ctx.kernel is not None:
+            for value in self.settings.secret_env.values():
+                ctx.kernel.redactor.add_secret(value)
+        timeout_s = invocation.tool.definition.timeout_ms / 1000
+        sandbox = Sandbox(self, invocation, anyio.current_time() + timeout_s)
+        token = _CURRENT.set(sandbox)
+        try:
+            return await self._native.invoke(invocation)
+        finally:
+            _CURRENT.reset(token)
+
+
+def sandbox_for(ctx: ToolContext) -> Sandbox:
+    """The sandbox of the call ``ctx`` belongs to (inside a sandbox-mode handler).
+
+    Raises:
+        ToolFailed: the call is not running under a `SandboxAdapter`.
+    """
+    sandbox = _CURRENT.get()
+    if sandbox is None or sandbox.call_id != ctx.tool_call_id:
+        raise ToolFailed(
+            safe_message(ErrorCode.INTERNAL_ERROR, tool="this tool"),
+            code=ErrorCode.INTERNAL_ERROR,
+        )
+    return sandbox
+
+
+class Sandbox:
+    """What a sandbox-mode handler may run, bound to one call.
+
+    Attributes:
+        mode: the tool's execution mode.
+        workspace: the resolved workspace directory.
+        writable: whether commands may write the workspace.
+        network: whether commands get the host network.
+        sandboxed: False when commands run without bubblewrap (opt-in).
+        artifacts: the kernel's artifact store.
+        settings: the adapter's settings.
+    """
+
+    def __init__(self, adapter: SandboxAdapter, invocation: Invocation, deadline: float) -> None:
+        ctx = invocation.context
+        definition = invocation.tool.definition
+        if ctx.kernel is None:
+            raise ToolFailed(
+                safe_message(ErrorCode.INTERNAL_ERROR, tool=definition.name),
+                code=ErrorCode.INTERNAL_ERROR,
+            )
+        self._adapter = adapter
+        self._ctx = ctx
+        self._deadline = deadline
+        self._call_timeout_s = definition.timeout_ms / 1000
+        self.tool_name = definition.name
+        self.call_id = ctx.tool_call_id
+        self.mode = definition.execution_mode
+        self.workspace = ctx.workspace
+        self.writable = self.mode is not ExecutionMode.SANDBOX_READ_ONLY
+        self.network = _network_allowed(ctx, definition)
+        self.sandboxed = adapter.sandboxed
+        self.artifacts: ArtifactStore = ctx.kernel.artifacts
+        self.settings = adapter.settings
+        self._env = {
+            **adapter._base_env,
+            "PATH": _search_path(adapter.settings, self.workspace),
+        }
+
+    def _protected_paths(self) -> tuple[Path, ...]:
+        """What a command must not see: the runtime's state and every forbidden file.
+
+        The path guard keeps forbidden paths out of tool *arguments*; a command could
+        still open them by name, so they are masked in its view of the workspace.
+        Listing is ripgrep's (fast, parallel); the kernel's own globs decide.
+        """
+        from toolkernel.tools.search import find_rg  # search builds on this module
+
+        kernel = self._ctx.kernel
+        assert kernel is not None
+        hidden: list[Path] = []
+        for state in (kernel.config.state_dir, kernel.config.ledger_path.parent):
+            if state.resolve().is_relative_to(self.workspace) and state not in hidden:
+                hidden.append(state.resolve())
+        listing = subprocess.run(
+            [
+                find_rg(self.settings.rg),
+                "--files",
+                "--hidden",
+                "--no-ignore",
+                "--no-config",
+                "--null",
+                "--glob",
+                "!.git",
+                "--glob",
+                "!.toolkernel",
+            ],
+            cwd=self.workspace,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        for raw in listing.stdout.split(b"\0"):
+            relative = os.fsdecode(raw)
+            if relative and kernel.guard.is_forbidden(relative):
+                hidden.append(self.workspace / relative)
+        return tuple(hidden)
+
+    @property
+    def remaining_s(self) -> float:
+        """Seconds a command may still run before this call must wrap up."""
+        return self._deadline - anyio.current_time() - _reserve_s(self._call_timeout_s)
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str = ".",
+        timeout_s: float | None = None,
+        label: str = "command",
+        env: Mapping[str, str] | None = None,
+        rw_dirs: Sequence[Path] = (),
+    ) -> CommandResult:
+        """Run ``argv`` to completion in the sandbox and store its output.
+
+        Args:
+            argv: program and arguments (never a shell string).
+            cwd: workspace-relative working directory (already checked by the guard).
+            timeout_s: wall-clock limit; capped by what is left of the call's timeout.
+            label: names the artifacts ("pytest stdout").
+            env: extra variables for this command only.
+            rw_dirs: private host directories (outside the workspace) the command
+                may write to, e.g. for a report the runtime reads back.
+
+        Returns:
+            The result, whatever the exit status.
+
+        Raises:
+            ToolFailed: the command timed out (TIMEOUT) or the call was cancelled (the
+                token's reason); its output carries the partial output's refs.
+        """
+        budget = self.remaining_s
+        timeout = budget if timeout_s is None else min(timeout_s, budget)
+        if timeout <= 0:
+            raise ToolFailed(self._timeout_message(timeout_s), code=ErrorCode.TIMEOUT)
+        spec = SandboxSpec(
+            workspace=self.workspace,
+            writable=self.writable,
+            network=self.network,
+            env={**self._env, **(env or {})},
+            cwd=cwd,
+            limits=self.settings.limits,
+            extra_ro_binds=_interpreter_prefixes(),
+            read_only=_git_dirs(self.workspace) if self.writable else (),
+            hidden=await anyio.to_thread.run_sync(self._protected_paths),
+            extra_rw_binds=rw_dirs,
+        )
+        staging = self.artifacts.staging_dir()
+        out_dir = staging / "out"
+        grace = min(TERM_GRACE_S, _RESERVE_FRACTION * self._call_timeout_s)
+        try:
+            outcome = await run_sandboxed(
+                list(argv),
+                spec,
+                bwrap=self._adapter.bwrap or Path("bwrap"),
+                timeout_s=timeout,
+                output_dir=out_dir,
+                unsandboxed=not self.sandboxed,
+                term_grace_s=grace,
+            )
+        except anyio.get_cancelled_exc_class():
+            # The kernel's scope fired first; the runner already killed the tree.
+            with anyio.CancelScope(shield=True):
+                partial = await self._store(argv, staging, None, label, stopped=True)
+            token = self._ctx.token
+            if token.cancelled and token.reason is not None:
+                message = safe_message(token.reason, tool=self.tool_name)
+                raise ToolFailed(
+                    message,
+                    code=token.reason,
+                    output=partial.to_dict(),
+                    artifacts=partial.artifacts,
+                ) from None
+            if anyio.current_time() >= self._deadline:
+                raise ToolFailed(
+                    self._timeout_message(None),
+                    code=ErrorCode.TIMEOUT,
+                    output=partial.to_dict(),
+                    artifacts=partial.artifacts,
+                ) from None
+            raise
+        with anyio.CancelScope(shield=True):  # bounded by the output cap
+            result = await self._store(argv, staging, outcome, label, stopped=False)
+        if result.timed_out:
+            raise ToolFailed(
+                self._timeout_message(timeout),
+                code=ErrorCode.TIMEOUT,
+                output=result.to_dict(),
+                artifacts=result.artifacts,
+            )
+        return result
+
+    def _timeout_message(self, seconds: float | None) -> str:
+        shown = self._call_timeout_s if seconds is None else seconds
+        return safe_message(ErrorCode.TIMEOUT, tool=self.tool_name, seconds=f"{shown:.3g}")
+
+    async def _store(
+        self, argv: Sequence[str], staging: Path, outcome: Any, label: str, *, stopped: bool
+    ) -> CommandResult:
+        out_dir = staging / "out"
+
+        def ingest() -> tuple[CapturedStream, CapturedStream]:
+            try:
+                return (
+                    _capture(self.artifacts, out_dir / "stdout", f"{label} stdout", self.call_id),
+                    _capture(self.artifacts, out_dir / "stderr", f"{label} stderr", self.call_id),
+                )
+            finally:
+                for leftover in (out_dir, staging):
+                    try:
+                        leftover.rmdir()
+                    except OSError:
+                        _log.warning("staging directory %s was not empty", leftover.name)
+
+        stdout, stderr = await anyio.to_thread.run_sync(ingest)
+        if outcome is None:
+            return CommandResult(
+                argv=tuple(argv),
+                exit_code=None,
+                timed_out=not self._ctx.token.cancelled,
+                cancelled=self._ctx.token.cancelled,
+                stdout=stdout,
+                stderr=stderr,
+                output_truncated=False,
+                duration_s=0.0,
+                sandboxed=self.sandboxed,
+            )
+        return CommandResult(
+            argv=tuple(argv),
+            exit_code=outcome.exit_code,
+            timed_out=outcome.timed_out,
+            cancelled=outcome.cancelled or stopped,
+            stdout=stdout,
+            stderr=stderr,
+            output_truncated=outcome.truncated,
+            duration_s=outcome.duration_s,
+            sandboxed=self.sandboxed,
+        )
+
+
+def _capture(store: ArtifactStore, path: Path, description: str, producer: str) -> CapturedStream:
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return CapturedStream(0, "", "", None)
+    if size == 0:
+        path.unlink()
+        return CapturedStream(0, "", "", None)
+    with path.open("rb") as handle:
+        head = handle.read(PREVIEW_BYTES)
+        tail = b""
+        if size > 2 * PREVIEW_BYTES:
+            handle.seek(size - PREVIEW_BYTES)
+            tail = handle.read(PREVIEW_BYTES)
+        elif size > PREVIEW_BYTES:
+            tail = handle.read()
+    ref = store.put_file(
+        path, media_type="text/plain", description=description, producer=producer, move=True
+    )
+    return CapturedStream(size, _text(head), _text(tail), ref)
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+def _reserve_s(call_timeout_s: float) -> float:
+    """Time kept back from a command for its SIGTERM grace and for storing its output."""
+    grace = min(TERM_GRACE_S, _RESERVE_FRACTION * call_timeout_s)
+    margin = min(_RESERVE_MAX_S, max(_RESERVE_MIN_S, _RESERVE_FRACTION * call_timeout_s))
+    return grace + min(margin, 0.3 * call_timeout_s)
+
+
+def _network_allowed(ctx: ToolContext, definition: ToolDefinition) -> bool:
+    """Only a tool that declares network, under a policy and profile that grant it."""
+    if ctx.kernel is None or not definition.permissions.network:
+        return False
+    policy = ctx.kernel.config.policy
+    if policy.network is Action.DENY:
+        return False
+    profile = ctx.run.context.profile if ctx.run is not None else ctx.kernel.config.profile
+    return policy.profiles.get(profile, Permissions()).network
+
+
+def _base_env(settings: SandboxSettings) -> dict[str, str]:
+    env = {
+        "LANG": os.environ.get("LANG", "C.UTF-8"),
+        "HOME": "/tmp",  # noqa: S108 - the sandbox's private tmpfs, not the host's /tmp
+        "TMPDIR": "/tmp",  # noqa: S108 - same private tmpfs
+    }
+    for name in settings.env_allow:
+        if name in os.environ:
+            env[name] = os.environ[name]
+    env.update(settings.env_set)
+    env.update(settings.secret_env)
+    return env
+
+
+def _search_path(settings: SandboxSettings, workspace: Path) -> str:
+    if settings.path is not None:
+        return ":".join(settings.path)
+    # The project's own virtualenv first (its pytest, its dependencies), then the
+    # interpreter the runtime itself runs on, then the system.
+    entries = [str(workspace / ".venv" / "bin")] if (workspace / ".venv" / "bin").is_dir() else []
+    entries += [str(Path(sys.executable).parent), *_ALWAYS_PATH]
+    return ":".join(dict.fromkeys(entries))
+
+
+def _git_dirs(workspace: Path) -> tuple[Path, ...]:
+    git = workspace / ".git"
+    return (git,) if git.exists() and not git.is_symlink() else ()
+
+
+def _interpreter_prefixes() -> tuple[Path, ...]:
+    """The runtime's Python installation, so ``sh -c 'python …'`` works inside too."""
+    prefixes = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    return tuple(p for p in sorted(prefixes) if not p.is_relative_to("/usr"))

@@ -1,0 +1,179 @@
+"""Applying a unified diff or exact search/replace edits to one file's text, in memory.
+
+Pure functions on strings, so ``file.patch`` can check every hunk before it writes
+anything. Hunks must match exactly (no fuzz); a hunk may sit at another line than its
+header says (like ``patch``'s offset), searched nearest-first and never before the
+previous hunk. Line endings of the file are kept: lines are compared without their
+terminators, and added lines take the file's own ending (``\\r\\n`` or ``\\n``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Final
+
+__all__ = ["Hunk", "PatchError", "apply_edits", "apply_unified_diff", "parse_unified_diff"]
+
+_HEADER: Final = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+_NO_EOL: Final = "\\ No newline at end of file"
+
+
+class PatchError(ValueError):
+    """The change does not apply; ``reason`` is safe to show the model."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(slots=True)
+class Hunk:
+    """One ``@@`` block: where it claims to apply, and its tagged lines."""
+
+    old_start: int
+    old_len: int
+    new_start: int
+    new_len: int
+    lines: list[tuple[str, str]] = field(default_factory=list)
+    old_no_eol: bool = False
+    new_no_eol: bool = False
+
+    @property
+    def old(self) -> list[str]:
+        return [text for tag, text in self.lines if tag in " -"]
+
+    @property
+    def new(self) -> list[str]:
+        return [text for tag, text in self.lines if tag in " +"]
+
+
+def parse_unified_diff(diff: str) -> tuple[list[Hunk], set[str]]:
+    """The hunks of a single-file unified diff, and the file names its headers give.
+
+    Raises:
+        PatchError: the text has no hunk, or a hunk's line counts do not add up.
+    """
+    hunks: list[Hunk] = []
+    names: set[str] = set()
+    current: Hunk | None = None
+    for raw in diff.splitlines():
+        line = raw.rstrip("\r")
+        match = _HEADER.match(line)
+        if match:
+            current = _hunk(match)
+            hunks.append(current)
+        elif line.startswith(("--- ", "+++ ")) and (current is None or _complete(current)):
+            name = line[4:].split("\t", 1)[0].strip()
+            if name != "/dev/null":
+                names.add(re.sub(r"^[ab]/", "", name))
+            current = None
+        elif current is not None and line == _NO_EOL:
+            tag = current.lines[-1][0] if current.lines else " "
+            if tag in " -":
+                current.old_no_eol = True
+            if tag in " +":
+                current.new_no_eol = True
+        elif current is not None and not _complete(current):
+            tag, text = (line[:1] or " "), line[1:]
+            if tag not in " +-":
+                raise PatchError(f"hunk {len(hunks)} has a line that is not ' ', '+' or '-'")
+            current.lines.append((tag, text))
+    if not hunks:
+        raise PatchError("the diff contains no '@@' hunk")
+    for number, hunk in enumerate(hunks, start=1):
+        if len(hunk.old) != hunk.old_len or len(hunk.new) != hunk.new_len:
+            raise PatchError(f"hunk {number}'s line counts do not match its '@@' header")
+    return hunks, names
+
+
+def apply_unified_diff(text: str, diff: str) -> tuple[str, int, int]:
+    """``text`` with the diff applied; also the numbers of lines added and removed.
+
+    Raises:
+        PatchError: a hunk does not match the text.
+    """
+    hunks, _ = parse_unified_diff(diff)
+    lines = text.splitlines(keepends=True)
+    eol = _line_ending(lines)
+    out: list[str] = []
+    cursor = 0
+    offset = 0
+    added = removed = 0
+    for number, hunk in enumerate(hunks, start=1):
+        old = hunk.old
+        want = max(hunk.old_start - 1, 0) + offset if hunk.old_len else hunk.old_start + offset
+        at = _find(lines, old, want, cursor)
+        if at is None:
+            raise PatchError(
+                f"hunk {number} (at line {hunk.old_start}) does not match the file's content"
+            )
+        out.extend(lines[cursor:at])
+        new = [t + eol for t in hunk.new]
+        at_end = at + len(old) == len(lines)
+        if hunk.new_no_eol and new and at_end:
+            new[-1] = new[-1][: -len(eol)]
+        out.extend(new)
+        cursor = at + len(old)
+        offset = at - (hunk.old_start - 1 if hunk.old_len else hunk.old_start)
+        added += sum(1 for tag, _ in hunk.lines if tag == "+")
+        removed += sum(1 for tag, _ in hunk.lines if tag == "-")
+    out.extend(lines[cursor:])
+    return "".join(out), added, removed
+
+
+def apply_edits(text: str, edits: list[tuple[str, str]]) -> str:
+    """``text`` with each (search, replace) applied in order; each must match once.
+
+    Raises:
+        PatchError: a search text occurs zero times or more than once.
+    """
+    for number, (search, replace) in enumerate(edits, start=1):
+        if search == "":
+            if text:
+                raise PatchError(
+                    f"edit {number} has an empty search text but the file is not empty"
+                )
+            text = replace
+            continue
+        count = text.count(search)
+        if count != 1:
+            found = "is not in the file" if count == 0 else f"occurs {count} times"
+            raise PatchError(f"edit {number}'s search text {found}; it must occur exactly once")
+        text = text.replace(search, replace, 1)
+    return text
+
+
+def _hunk(match: re.Match[str]) -> Hunk:
+    old_start, old_len, new_start, new_len = match.groups()
+    return Hunk(
+        int(old_start),
+        1 if old_len is None else int(old_len),
+        int(new_start),
+        1 if new_len is None else int(new_len),
+    )
+
+
+def _complete(hunk: Hunk) -> bool:
+    return len(hunk.old) >= hunk.old_len and len(hunk.new) >= hunk.new_len
+
+
+def _find(lines: list[str], old: list[str], want: int, floor: int) -> int | None:
+    """Where ``old`` matches ``lines``, nearest to ``want`` and not before ``floor``."""
+    last = len(lines) - len(old)
+    if last < floor:
+        return None
+    want = min(max(want, floor), last)
+    for distance in range(max(want - floor, last - want) + 1):
+        for at in (want - distance, want + distance):
+            if floor <= at <= last and _matches(lines, old, at):
+                return at
+    return None
+
+
+def _matches(lines: list[str], old: list[str], at: int) -> bool:
+    return all(lines[at + i].rstrip("\r\n") == expected for i, expected in enumerate(old))
+
+
+def _line_ending(lines: list[str]) -> str:
+    return "\r\n" if lines and lines[0].endswith("\r\n") else "\n"

@@ -1,0 +1,220 @@
+"""``file.patch``: change one file by unified diff or exact edits, against a ``baseHash``.
+
+The precondition is the file's sha256 as the model read it (``file.read`` returns it):
+if the file holds anything else now, nothing is written and the call is
+FAILED/PRECONDITION_FAILED, so a change is never applied to text the model has not
+seen. Without ``baseHash`` the file must not exist yet, and is created.
+
+Every hunk or edit is applied in memory first; only a complete result is written,
+atomically (temporary file in the same directory, ``fsync``, ``rename``, keeping the
+file's mode), through the link-free directory walk of `workspace_io`. Like
+``file.read`` it runs in-process: it executes nothing, and the walk gives the
+confinement a sandbox would. Write scope and the idempotency key are the kernel's
+(authorization, and the ledger's recorded result).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+import re
+import stat
+from typing import Annotated, Any, Final, TypedDict
+
+from annotated_types import MaxLen
+
+from toolkernel.codes import ErrorCode, safe_message
+from toolkernel.context import ToolContext
+from toolkernel.definition import ConcurrencyGroup, ExecutionMode, Permissions
+from toolkernel.dispatch import ToolOutput
+from toolkernel.errors import ToolFailed
+from toolkernel.functions import WorkspacePath, tool
+from toolkernel.tools.diffs import PatchError, apply_edits, apply_unified_diff, parse_unified_diff
+from toolkernel.tools.workspace_io import (
+    Target,
+    atomic_write,
+    file_hash,
+    locate,
+    open_dir,
+    open_file,
+)
+
+__all__ = ["Edit", "file_patch"]
+
+MAX_PATCHED_BYTES: Final = 8 * 1024 * 1024
+"""Largest file ``file.patch`` rewrites: it holds old and new text in memory."""
+
+_HASH: Final = re.compile(r"sha256:[0-9a-f]{64}")
+_NAME: Final = "file.patch"
+
+
+class Edit(TypedDict):
+    """Replace the one occurrence of ``search`` with ``replace``."""
+
+    search: Annotated[str, MaxLen(100_000)]
+    replace: Annotated[str, MaxLen(100_000)]
+
+
+@tool(
+    _NAME,
+    execution_mode=ExecutionMode.SANDBOX_WRITE,
+    permissions=Permissions(read_workspace=True, write_workspace=True),
+    mutating=True,
+    concurrency_group=ConcurrencyGroup.WORKSPACE_MUTATION,
+    timeout_ms=20_000,
+    tags=("workspace", "builtin"),
+)
+async def file_patch(
+    ctx: ToolContext,
+    path: WorkspacePath,
+    baseHash: Annotated[str, MaxLen(71)] | None = None,
+    diff: Annotated[str, MaxLen(200_000)] | None = None,
+    edits: Annotated[list[Edit], MaxLen(50)] | None = None,
+) -> ToolOutput:
+    """Change a file by a unified diff or by exact search/replace edits.
+
+    Args:
+        path: workspace-relative file to change or create.
+        baseHash: the sha256 file.read returned for this file ("sha256:<hex>"); leave it
+            out only to create a file that does not exist yet.
+        diff: a unified diff of this one file (hunks must match exactly).
+        edits: search/replace pairs applied in order; each search text must occur
+            exactly once. To create a file, use one edit with an empty search.
+    """
+    if (diff is None) == (edits is None):
+        raise _schema("diff", "give exactly one of 'diff' or 'edits'")
+    if baseHash is not None and not _HASH.fullmatch(baseHash):
+        raise _schema("baseHash", "it must be 'sha256:' followed by 64 lowercase hex digits")
+    target = locate(ctx, path, tool=_NAME)
+    if diff is not None:
+        _check_diff_names(diff, target)
+    current, mode = _read_current(target)
+    _check_precondition(target, current, baseHash)
+    old_text = (current or b"").decode("utf-8", errors="surrogateescape")
+    try:
+        if diff is not None:
+            new_text, added, removed = apply_unified_diff(old_text, diff)
+        else:
+            new_text = apply_edits(old_text, [(e["search"], e["replace"]) for e in edits or []])
+            added, removed = _count_changes(old_text, new_text)
+    except PatchError as exc:
+        detail = f"The change does not apply to '{target.relative}': {exc.reason}."
+        raise _precondition(detail) from None
+    new_bytes = new_text.encode("utf-8", errors="surrogateescape")
+    if len(new_bytes) > MAX_PATCHED_BYTES:
+        raise ToolFailed(f"The patched '{target.relative}' would be too large to write.")
+    changed = current is None or new_bytes != current
+    if changed:
+        _write(target, new_bytes, mode, expected=current)
+    new_hash = "sha256:" + _sha(new_bytes)
+    data: dict[str, Any] = {
+        "path": target.relative,
+        "created": current is None,
+        "changed": changed,
+        "sha256": new_hash,
+        "linesAdded": added,
+        "linesRemoved": removed,
+    }
+    verb = "Created" if current is None else ("Patched" if changed else "Left unchanged")
+    return ToolOutput(data, f"{verb} {target.relative} (+{added} -{removed}); new {new_hash}.")
+
+
+def _read_current(target: Target) -> tuple[bytes | None, int]:
+    """The file's bytes (``None`` if it does not exist) and its permission bits."""
+    try:
+        with open_dir(target) as dir_fd:
+            fd = open_file(dir_fd, target.name)
+    except FileNotFoundError:
+        return None, 0o644
+    except OSError:
+        raise ToolFailed(
+            f"'{target.relative}' is not a regular file that can be patched.",
+            code=ErrorCode.PRECONDITION_FAILED,
+        ) from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if info.st_size > MAX_PATCHED_BYTES:
+            raise ToolFailed(f"'{target.relative}' is too large for file.patch.")
+        data = handle.read(MAX_PATCHED_BYTES + 1)
+    if b"\0" in data[:8192]:
+        raise ToolFailed(f"'{target.relative}' is a binary file; file.patch changes text files.")
+    return data, stat.S_IMODE(info.st_mode)
+
+
+def _check_precondition(target: Target, current: bytes | None, base_hash: str | None) -> None:
+    where = target.relative
+    if current is None and base_hash is not None:
+        raise _precondition(f"'{where}' does not exist, so it cannot match baseHash.")
+    if current is not None and base_hash is None:
+        raise _precondition(f"'{where}' already exists; pass the baseHash file.read returned.")
+    if current is not None and "sha256:" + _sha(current) != base_hash:
+        raise _precondition(f"'{where}' has changed since it was read (baseHash does not match).")
+
+
+def _write(target: Target, data: bytes, mode: int, *, expected: bytes | None) -> None:
+    try:
+        with open_dir(target, create=expected is None) as dir_fd:
+            # Checked again on the very descriptor we write through: the window for a
+            # concurrent change is now the rename alone.
+            if expected is not None:
+                fd = open_file(dir_fd, target.name)
+                try:
+                    unchanged = file_hash(fd) == "sha256:" + _sha(expected)
+                finally:
+                    os.close(fd)
+                if not unchanged:
+                    raise _precondition(f"'{target.relative}' changed while it was being patched.")
+            elif _exists(dir_fd, target.name):
+                raise _precondition(f"'{target.relative}' was created by someone else meanwhile.")
+            atomic_write(dir_fd, target.name, data, mode=mode)
+    except OSError as exc:
+        raise ToolFailed(
+            f"'{target.relative}' could not be written ({exc.strerror or 'I/O error'}); "
+            "it is unchanged."
+        ) from exc
+
+
+def _exists(dir_fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _check_diff_names(diff: str, target: Target) -> None:
+    try:
+        _, names = parse_unified_diff(diff)
+    except PatchError as exc:
+        raise _schema("diff", exc.reason) from None
+    if names - {target.relative}:
+        raise _schema("diff", "its file headers must name only the patched path")
+
+
+def _count_changes(old: str, new: str) -> tuple[int, int]:
+    added = removed = 0
+    for line in difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0):
+        if line.startswith("+") and not line.startswith("+++"):
+            added += 1
+        elif line.startswith("-") and not line.startswith("---"):
+            removed += 1
+    return added, removed
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _precondition(detail: str) -> ToolFailed:
+    return ToolFailed(
+        safe_message(ErrorCode.PRECONDITION_FAILED, detail=detail),
+        code=ErrorCode.PRECONDITION_FAILED,
+    )
+
+
+def _schema(prop: str, rule: str) -> ToolFailed:
+    return ToolFailed(
+        safe_message(ErrorCode.SCHEMA_VIOLATION, property=prop, tool=_NAME, rule=rule),
+        code=ErrorCode.SCHEMA_VIOLATION,
+    )

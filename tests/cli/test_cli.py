@@ -1,0 +1,157 @@
+"""The CLI contract: one JSON projection per call, exit codes, ledger commands."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolkernel.calls import PROJECTION_KEYS
+from toolkernel.cli import main
+from toolkernel.codes import ErrorCode
+
+
+def call(capsys, workspace: Path, *args: str) -> tuple[int, dict]:
+    code = main(["call", *args, "--workspace", str(workspace)])
+    out = capsys.readouterr().out
+    lines = out.strip().splitlines()
+    assert len(lines) == 1, out  # exactly one JSON object on stdout
+    return code, json.loads(lines[0])
+
+
+def test_call_prints_exactly_the_projection_keys(capsys, workspace):
+    code, projection = call(capsys, workspace, "memory.read")
+    assert code == 0
+    assert tuple(projection) == PROJECTION_KEYS
+    assert projection["status"] == "SUCCEEDED"
+
+
+def test_drill_1_extra_argument_through_the_cli(capsys, workspace):
+    code, projection = call(
+        capsys, workspace, "repo.search", "--args", '{"query": "LegacyClient", "sendSecrets": true}'
+    )
+    assert code == 1
+    assert projection["status"] == "INVALID_ARGUMENTS"
+    assert projection["errorCode"] == ErrorCode.UNKNOWN_PROPERTY
+    assert "sendSecrets" in projection["safeMessage"]
+
+
+def test_drill_2_path_outside_the_workspace_through_the_cli(capsys, workspace):
+    code, projection = call(
+        capsys, workspace, "file.read", "--args", '{"path": "../../../../etc/passwd"}'
+    )
+    assert code == 1
+    assert projection["status"] == "INVALID_ARGUMENTS"
+    assert projection["errorCode"] == ErrorCode.PATH_TRAVERSAL
+    assert str(workspace) not in projection["safeMessage"]
+    # The attempt is in the audit ledger.
+    assert main(["ledger", "show", "--format", "json", "--workspace", str(workspace)]) == 0
+    events = json.loads(capsys.readouterr().out)
+    results = [e for e in events if e["type"] == "TOOL_CALL_RESULT"]
+    assert results[-1]["payload"]["result"]["errorCode"] == ErrorCode.PATH_TRAVERSAL
+    assert "TOOL_CALL_STARTED" not in {e["type"] for e in events}
+
+
+def test_unknown_tool_and_bad_json_are_results_not_crashes(capsys, workspace):
+    code, projection = call(capsys, workspace, "repo.nope")
+    assert (code, projection["errorCode"]) == (1, ErrorCode.UNKNOWN_TOOL)
+    code, projection = call(capsys, workspace, "memory.read", "--args", "{not json")
+    assert (code, projection["errorCode"]) == (1, ErrorCode.ARGUMENTS_NOT_JSON)
+
+
+def test_broken_config_exits_2_naming_the_key(capsys, workspace):
+    (workspace / "toolkernel.toml").write_text('[policy]\nnetwork = "sometimes"\n')
+    code = main(["call", "memory.read", "--workspace", str(workspace)])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.out == ""
+    assert captured.err.startswith("ConfigError: ")
+    assert "policy.network" in captured.err
+    assert "Traceback" not in captured.err
+
+
+def test_unknown_config_key_and_bad_toml_are_named(capsys, workspace):
+    (workspace / "toolkernel.toml").write_text("[ledger]\nlocation = 'x'\n")
+    assert main(["config", "check", "--workspace", str(workspace)]) == 2
+    assert "ledger.location" in capsys.readouterr().err
+    (workspace / "toolkernel.toml").write_text("[ledger\n")
+    assert main(["config", "check", "--workspace", str(workspace)]) == 2
+    assert "not valid TOML" in capsys.readouterr().err
+
+
+def test_approval_via_flag(capsys, workspace):
+    (workspace / "toolkernel.toml").write_text(
+        '[[policy.rules]]\ntools = ["memory.read"]\naction = "ask"\n'
+    )
+    code, projection = call(capsys, workspace, "memory.read")
+    assert (code, projection["errorCode"]) == (1, ErrorCode.APPROVAL_REQUIRED)
+    assert "--approve" in projection["safeMessage"]
+    code, projection = call(capsys, workspace, "memory.read", "--approve")
+    assert (code, projection["status"]) == (0, "SUCCEEDED")
+
+
+def test_tools_lists_the_exposed_tools(capsys, workspace):
+    assert main(["tools", "--format", "json", "--workspace", str(workspace)]) == 0
+    names = {t["name"] for t in json.loads(capsys.readouterr().out)}
+    assert {"memory.read", "policy.explain"} <= names
+    assert "file.patch" not in names  # writes are denied by default
+    assert main(["tools", "--workspace", str(workspace), "--state", "editing"]) == 0
+    assert "memory.read" in capsys.readouterr().out
+
+
+def test_run_id_continues_one_chain_and_replay_rebuilds_it(capsys, workspace):
+    for _ in range(2):
+        call(capsys, workspace, "memory.read", "--run", "run-cli")
+    assert main(["ledger", "replay", "--run", "run-cli", "--workspace", str(workspace)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2
+    assert all(json.loads(line)["projection"]["status"] == "SUCCEEDED" for line in lines)
+    assert main(["ledger", "verify", "--workspace", str(workspace)]) == 0
+    assert "intact" in capsys.readouterr().out
+
+
+def _ledger(workspace: Path) -> sqlite3.Connection:
+    return sqlite3.connect(workspace / ".toolkernel" / "ledger.db", isolation_level=None)
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        "UPDATE events SET payload = replace(payload, 'memory.read', 'memory.wipe') "
+        "WHERE seq = 2",
+        "DELETE FROM events WHERE seq = 3",
+        "UPDATE events SET seq = -2 WHERE seq = 2; UPDATE events SET seq = 2 WHERE seq = 3; "
+        "UPDATE events SET seq = 3 WHERE seq = -2",
+        "DELETE FROM events WHERE seq = (SELECT MAX(seq) FROM events)",
+    ],
+    ids=["edited", "deleted", "reordered", "tail-deleted"],
+)
+def test_ledger_verify_detects_tampering(capsys, workspace, tamper):
+    for _ in range(2):
+        call(capsys, workspace, "memory.read", "--run", "run-t")
+    with _ledger(workspace) as db:
+        db.executescript(tamper)
+    assert main(["ledger", "verify", "--workspace", str(workspace)]) == 1
+    assert "BROKEN" in capsys.readouterr().out
+
+
+def test_codes_lists_the_whole_taxonomy(capsys):
+    assert main(["codes", "--format", "json"]) == 0
+    listed = {entry["code"] for entry in json.loads(capsys.readouterr().out)}
+    assert listed == {code.value for code in ErrorCode}
+
+
+def test_the_installed_entry_point_runs(workspace):
+    completed = subprocess.run(
+        [sys.executable, "-m", "toolkernel", "call", "memory.read", "--workspace", str(workspace)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads(completed.stdout)["status"] == "SUCCEEDED"

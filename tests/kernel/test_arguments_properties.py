@@ -1,0 +1,68 @@
+"""Property tests: raw arguments either parse to an object or are rejected with a code."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from toolkernel.arguments import ArgumentsRejected, ParsedArguments, parse_arguments
+from toolkernel.codes import CATALOG, Status
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4),
+    max_leaves=20,
+)
+
+
+def _outcome_is_valid(outcome: object) -> None:
+    assert isinstance(outcome, ParsedArguments | ArgumentsRejected)
+    if isinstance(outcome, ArgumentsRejected):
+        assert CATALOG[outcome.code].status is Status.INVALID_ARGUMENTS
+    else:
+        assert isinstance(outcome.value, dict)
+        assert outcome.hash.startswith("sha256:")
+
+
+@settings(max_examples=400)
+@given(st.binary(max_size=512))
+def test_arbitrary_bytes_never_raise(raw: bytes):
+    _outcome_is_valid(parse_arguments(raw, max_bytes=256))
+
+
+@settings(max_examples=400)
+@given(st.text(max_size=512))
+def test_arbitrary_text_never_raises(raw: str):
+    _outcome_is_valid(parse_arguments(raw, max_bytes=256))
+
+
+@settings(max_examples=300)
+@given(json_values)
+def test_json_objects_parse_and_other_json_is_rejected(value):
+    outcome = parse_arguments(json.dumps(value), max_bytes=1 << 20)
+    _outcome_is_valid(outcome)
+    if isinstance(value, dict) and not _has_inf(value):
+        assert isinstance(outcome, ParsedArguments)
+        assert outcome.value == value
+
+
+@given(st.dictionaries(st.text(max_size=5), st.integers(), min_size=1, max_size=5))
+def test_the_hash_does_not_depend_on_key_order_or_spacing(value):
+    compact = json.dumps(value, separators=(",", ":"))
+    spaced = json.dumps(dict(reversed(list(value.items()))), indent=2)
+    first, second = parse_arguments(compact), parse_arguments(spaced)
+    assert isinstance(first, ParsedArguments) and isinstance(second, ParsedArguments)
+    assert first.hash == second.hash == parse_arguments(value).hash  # type: ignore[union-attr]
+
+
+def _has_inf(value) -> bool:
+    if isinstance(value, float):
+        return math.isinf(value)
+    if isinstance(value, dict):
+        return any(_has_inf(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_inf(v) for v in value)
+    return False

@@ -1,0 +1,130 @@
+"""The content-addressed store and artifact.read, its continuation tool."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from toolkernel.artifacts import ArtifactStore
+from toolkernel.codes import ErrorCode, Status
+from toolkernel.testing import make_kernel
+from toolkernel.tools import install
+
+pytestmark = pytest.mark.anyio
+
+CONFIG = """
+[[exposure]]
+tools = ["*"]
+"""
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_put_is_content_addressed_and_owner_only(tmp_path):
+    store = ArtifactStore(tmp_path / "state" / "artifacts")
+    ref = store.put(b"hello", media_type="text/plain", producer="call_1")
+    again = store.put(b"hello", producer="call_2")
+    assert ref.id == again.id
+    assert ref.id == "sha256:2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+    path = store.root / ref.id[7:9] / ref.id[7:]
+    assert mode(path) == 0o600
+    assert mode(path.with_suffix(".json")) == 0o600
+    assert mode(store.root) == mode(path.parent) == 0o700
+    assert store.metadata(ref.id)["producer"] == "call_1"
+    assert store.read(ref.id, 1, 3) == b"el"
+
+
+def test_put_file_moves_a_large_file_in_without_reading_it_whole(tmp_path):
+    store = ArtifactStore(tmp_path / "artifacts")
+    staging = store.staging_dir()
+    source = staging / "stdout"
+    with source.open("wb") as handle:
+        for _ in range(64):
+            handle.write(b"x" * 1024 * 1024)
+    ref = store.put_file(source, media_type="text/plain", move=True)
+    assert ref.size == 64 * 1024 * 1024
+    assert not source.exists()
+    assert store.read(ref.id, ref.size - 2) == b"xx"
+
+
+def test_put_file_copies_when_asked_and_the_writer_streams(tmp_path):
+    store = ArtifactStore(tmp_path / "artifacts")
+    source = tmp_path / "report.txt"
+    source.write_bytes(b"abc")
+    copied = store.put_file(source)
+    assert source.exists()
+    with store.writer(media_type="text/plain") as writer:
+        writer.write(b"a")
+        writer.write(b"bc")
+        streamed = writer.commit()
+    assert copied.id == streamed.id
+
+
+def test_an_uncommitted_writer_leaves_nothing(tmp_path):
+    store = ArtifactStore(tmp_path / "artifacts")
+
+    def produce() -> None:
+        with store.writer() as writer:
+            writer.write(b"partial")
+            raise RuntimeError("producer died")
+
+    with pytest.raises(RuntimeError):
+        produce()
+    assert list((store.root / ".incoming").iterdir()) == []
+
+
+@pytest.fixture
+def kernel(tmp_path: Path):
+    kernel = make_kernel(tmp_path / "ws", CONFIG, workspace_tools=False)
+    assert install(kernel) is not None
+    yield kernel
+    kernel.close()
+
+
+async def read(kernel, **arguments):
+    return await kernel.call(kernel.start_run(), "artifact.read", arguments)
+
+
+async def test_artifact_read_serves_byte_ranges_with_a_continuation(kernel):
+    ref = kernel.artifacts.put(b"0123456789" * 10, media_type="text/plain")
+    first = await read(kernel, artifactId=ref.id, startByte=5, maxBytes=10)
+    out = first.structured_output
+    assert out["content"] == "5678901234"
+    assert (out["startByte"], out["endByte"], out["nextByte"]) == (5, 15, 15)
+    last = await read(kernel, artifactId=ref.id, startByte=95)
+    assert last.structured_output["content"] == "56789"
+    assert last.structured_output["eof"] is True
+
+
+async def test_artifact_read_serves_line_ranges(kernel):
+    ref = kernel.artifacts.put("".join(f"row {i}\n" for i in range(1, 1001)).encode())
+    middle = await read(kernel, artifactId=ref.id, startLine=500, endLine=502)
+    assert middle.structured_output["content"] == "row 500\nrow 501\nrow 502\n"
+    capped = await read(kernel, artifactId=ref.id, startLine=999, maxBytes=8)
+    assert capped.structured_output["content"] == "row 999\n"
+    assert capped.structured_output["nextLine"] == 1000
+    tail = await read(kernel, artifactId=ref.id, startLine=1000)
+    assert tail.structured_output["eof"] is True
+
+
+async def test_artifact_read_continues_a_partial_result(kernel):
+    run = kernel.start_run()
+    search = await kernel.call(run, "repo.search", {"query": "zzz"})
+    ref = search.artifacts[0]
+    continued = await kernel.call(run, "artifact.read", {"artifactId": ref.id, "startLine": 1})
+    assert continued.status is Status.SUCCEEDED
+    assert '"type":"summary"' in continued.structured_output["content"]
+
+
+async def test_artifact_read_refuses_unknown_ids_and_mixed_ranges(kernel):
+    unknown = await read(kernel, artifactId="sha256:" + "0" * 64)
+    assert unknown.error_code is ErrorCode.NOT_FOUND
+    ref = kernel.artifacts.put(b"abc")
+    mixed = await read(kernel, artifactId=ref.id, startByte=0, startLine=1)
+    assert mixed.error_code is ErrorCode.SCHEMA_VIOLATION
+    malformed = await read(kernel, artifactId="sha256:" + "g" * 64)
+    assert malformed.error_code is ErrorCode.NOT_FOUND

@@ -1,0 +1,199 @@
+"""file.patch through a real Kernel: preconditions, atomic writes, idempotency, diffs."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from toolkernel.codes import ErrorCode, Status
+from toolkernel.testing import make_kernel
+from toolkernel.tools import install
+from toolkernel.tools.diffs import apply_unified_diff
+
+pytestmark = pytest.mark.anyio
+
+CONFIG = """
+[run]
+profile = "workspace-write"
+
+[[exposure]]
+tools = ["*"]
+"""
+
+ORIGINAL = "def greet():\n    return 'hello'\n\n\ndef part():\n    return 1\n"
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    (root / "src").mkdir(parents=True)
+    target = root / "src" / "app.py"
+    target.write_text(ORIGINAL)
+    target.chmod(0o640)
+    return root
+
+
+@pytest.fixture
+def kernel(ws: Path):
+    kernel = make_kernel(ws, CONFIG, workspace_tools=False)
+    assert install(kernel) is not None
+    yield kernel
+    kernel.close()
+
+
+def sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+async def patch(kernel, run=None, *, key: str | None = None, **arguments):
+    run = run or kernel.start_run()
+    return await kernel.call(run, "file.patch", arguments, idempotency_key=key)
+
+
+async def test_an_edit_applies_against_the_hash_file_read_returned(kernel, ws):
+    run = kernel.start_run()
+    read = await kernel.call(run, "file.read", {"path": "src/app.py"})
+    result = await patch(
+        kernel,
+        run,
+        path="src/app.py",
+        baseHash=read.structured_output["sha256"],
+        edits=[{"search": "'hello'", "replace": "'hi'"}],
+    )
+    assert result.status is Status.SUCCEEDED, result.safe_message
+    new = (ws / "src" / "app.py").read_bytes()
+    assert new == ORIGINAL.replace("'hello'", "'hi'").encode()
+    assert result.structured_output["sha256"] == sha(new)
+    assert (ws / "src" / "app.py").stat().st_mode & 0o777 == 0o640
+
+
+async def test_a_unified_diff_applies(kernel, ws):
+    wanted = ORIGINAL.replace("return 1", "return 2")
+    diff = "".join(
+        difflib.unified_diff(
+            ORIGINAL.splitlines(True), wanted.splitlines(True), "a/src/app.py", "b/src/app.py"
+        )
+    )
+    result = await patch(kernel, path="src/app.py", baseHash=sha(ORIGINAL.encode()), diff=diff)
+    assert result.status is Status.SUCCEEDED, result.safe_message
+    assert (ws / "src" / "app.py").read_text() == wanted
+    assert result.structured_output["linesAdded"] == 1
+
+
+async def test_a_changed_file_fails_the_precondition_and_is_left_alone(kernel, ws):
+    stale = sha(ORIGINAL.encode())
+    (ws / "src" / "app.py").write_text(ORIGINAL + "# edited by someone else\n")
+    result = await patch(
+        kernel, path="src/app.py", baseHash=stale, edits=[{"search": "1", "replace": "2"}]
+    )
+    assert result.status is Status.FAILED
+    assert result.error_code is ErrorCode.PRECONDITION_FAILED
+    assert (ws / "src" / "app.py").read_text().endswith("# edited by someone else\n")
+
+
+async def test_a_failing_hunk_writes_nothing_and_leaves_no_temporary_file(kernel, ws):
+    diff = (
+        "--- a/src/app.py\n+++ b/src/app.py\n"
+        "@@ -1,2 +1,2 @@\n def greet():\n-    return 'hello'\n+    return 'hey'\n"
+        "@@ -5,2 +5,2 @@\n def part():\n-    return 42\n+    return 43\n"
+    )
+    before = sorted(p.name for p in (ws / "src").iterdir())
+    result = await patch(kernel, path="src/app.py", baseHash=sha(ORIGINAL.encode()), diff=diff)
+    assert result.error_code is ErrorCode.PRECONDITION_FAILED
+    assert "hunk 2" in result.safe_message
+    assert (ws / "src" / "app.py").read_text() == ORIGINAL
+    assert sorted(p.name for p in (ws / "src").iterdir()) == before
+
+
+async def test_a_failed_write_keeps_the_old_file_whole(kernel, ws, monkeypatch):
+    def broken_fsync(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("toolkernel.tools.workspace_io.os.fsync", broken_fsync)
+    result = await patch(
+        kernel,
+        path="src/app.py",
+        baseHash=sha(ORIGINAL.encode()),
+        edits=[{"search": "'hello'", "replace": "'x'"}],
+    )
+    assert result.status is Status.FAILED
+    assert (ws / "src" / "app.py").read_text() == ORIGINAL
+    assert sorted(p.name for p in (ws / "src").iterdir()) == ["app.py"]
+
+
+async def test_a_repeated_idempotency_key_does_not_apply_twice(kernel, ws):
+    run = kernel.start_run()
+    arguments = {
+        "path": "src/app.py",
+        "baseHash": sha(ORIGINAL.encode()),
+        "edits": [{"search": "return 1", "replace": "return 1 + 1"}],
+    }
+    first = await patch(kernel, run, key="edit-1", **arguments)
+    second = await patch(kernel, run, key="edit-1", **arguments)
+    assert first.status is second.status is Status.SUCCEEDED
+    assert second.structured_output == first.structured_output
+    assert (ws / "src" / "app.py").read_text().count("return 1 + 1") == 1
+
+
+async def test_a_new_file_is_created_without_base_hash_and_never_overwritten(kernel, ws):
+    created = await patch(
+        kernel, path="src/pkg/new.py", edits=[{"search": "", "replace": "VALUE = 1\n"}]
+    )
+    assert created.status is Status.SUCCEEDED
+    assert created.structured_output["created"] is True
+    assert (ws / "src" / "pkg" / "new.py").read_text() == "VALUE = 1\n"
+    again = await patch(
+        kernel, path="src/pkg/new.py", edits=[{"search": "", "replace": "VALUE = 2\n"}]
+    )
+    assert again.error_code is ErrorCode.PRECONDITION_FAILED
+
+
+async def test_ambiguous_edits_and_bad_arguments_are_rejected(kernel, ws):
+    base = sha(ORIGINAL.encode())
+    twice = await patch(
+        kernel, path="src/app.py", baseHash=base, edits=[{"search": "return", "replace": "r"}]
+    )
+    assert twice.error_code is ErrorCode.PRECONDITION_FAILED
+    both = await patch(kernel, path="src/app.py", baseHash=base, diff="@@", edits=[])
+    assert both.error_code is ErrorCode.SCHEMA_VIOLATION
+    bad_hash = await patch(kernel, path="src/app.py", baseHash="md5:abc", edits=[])
+    assert bad_hash.error_code is ErrorCode.SCHEMA_VIOLATION
+    other_file = "--- a/other.py\n+++ b/other.py\n@@ -1 +1 @@\n-a\n+b\n"
+    wrong = await patch(kernel, path="src/app.py", baseHash=base, diff=other_file)
+    assert wrong.error_code is ErrorCode.SCHEMA_VIOLATION
+    assert (ws / "src" / "app.py").read_text() == ORIGINAL
+
+
+async def test_write_scope_is_enforced_before_dispatch(ws):
+    kernel = make_kernel(
+        ws, CONFIG + '\n[policy]\nwrite_scope = ["docs/**"]\n', workspace_tools=False
+    )
+    install(kernel)
+    try:
+        result = await patch(kernel, path="src/x.py", edits=[{"search": "", "replace": "x"}])
+    finally:
+        kernel.close()
+    assert result.error_code is ErrorCode.WRITE_SCOPE_DENIED
+    assert not (ws / "src" / "x.py").exists()
+
+
+lines = st.lists(st.text(alphabet="ab \t", max_size=4), max_size=12)
+
+
+@given(old=lines, new=lines)
+def test_applying_difflib_output_reproduces_the_new_text(old, new):
+    old_text = "".join(line + "\n" for line in old)
+    new_text = "".join(line + "\n" for line in new)
+    diff = "".join(difflib.unified_diff(old_text.splitlines(True), new_text.splitlines(True)))
+    applied, _, _ = apply_unified_diff(old_text, diff) if diff else (old_text, 0, 0)
+    assert applied == new_text
+
+
+def test_the_no_newline_marker_is_honoured():
+    diff = "@@ -1,2 +1,2 @@\n a\n-b\n+c\n\\ No newline at end of file\n"
+    assert apply_unified_diff("a\nb\n", diff)[0] == "a\nc"

@@ -1,0 +1,69 @@
+"""Commands cannot read what the path guard forbids, nor touch the runtime's state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from toolkernel.codes import Status
+from toolkernel.testing import make_kernel
+
+DEVELOPER = """
+[run]
+profile = "developer"
+state = "EDITING"
+[[exposure]]
+tools = ["*"]
+"""
+
+
+@pytest.fixture
+def kernel(tmp_path: Path):
+    ws = tmp_path / "ws"
+    (ws / ".git").mkdir(parents=True)
+    (ws / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (ws / "keys").mkdir()
+    (ws / "keys" / "deploy.pem").write_text("-----BEGIN PRIVATE KEY-----\nabc\n")
+    (ws / ".env").write_text("DATABASE_PASSWORD=hunter2\n")
+    (ws / "app.py").write_text("print('hi')\n")
+    built = make_kernel(ws, DEVELOPER)
+    yield built
+    built.close()
+
+
+def run_shell(kernel, *argv: str):
+    run = kernel.start_run()
+    return kernel.call_sync(run, "shell.run", {"argv": list(argv)})
+
+
+@pytest.mark.parametrize("secret", [".env", "keys/deploy.pem"])
+def test_forbidden_files_are_unreadable_to_commands(kernel, secret):
+    result = run_shell(kernel, "cat", secret)
+    assert result.status is Status.FAILED
+    assert "hunter2" not in str(result.structured_output)
+    assert "BEGIN PRIVATE KEY" not in str(result.structured_output)
+
+
+def test_the_ledger_and_artifacts_are_invisible_to_commands(kernel):
+    run_shell(kernel, "true")  # the state directory exists and holds the ledger now
+    listing = run_shell(kernel, "ls", "-A", ".toolkernel")
+    assert listing.status is Status.SUCCEEDED
+    assert listing.structured_output["stdout"]["head"] == ""
+    wipe = run_shell(kernel, "sh", "-c", "rm -f .toolkernel/ledger.db; echo done")
+    assert wipe.status is Status.SUCCEEDED  # it wiped an empty tmpfs, not the ledger
+    assert kernel.ledger.verify().ok
+    assert (kernel.config.state_dir / "ledger.db").exists()
+
+
+def test_git_history_is_readable_but_not_writable(kernel):
+    assert run_shell(kernel, "cat", ".git/HEAD").status is Status.SUCCEEDED
+    rewrite = run_shell(kernel, "sh", "-c", "echo evil > .git/HEAD")
+    assert rewrite.status is Status.FAILED
+    assert (kernel.config.workspace / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n"
+
+
+def test_ordinary_files_stay_writable(kernel):
+    result = run_shell(kernel, "sh", "-c", "echo new > made.txt")
+    assert result.status is Status.SUCCEEDED
+    assert (kernel.config.workspace / "made.txt").read_text() == "new\n"

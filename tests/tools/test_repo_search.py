@@ -1,0 +1,126 @@
+"""repo.search through a real Kernel, real ripgrep and real bubblewrap."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from toolkernel.codes import ErrorCode, Status
+from toolkernel.testing import make_kernel
+from toolkernel.tools import install
+
+pytestmark = pytest.mark.anyio
+
+CONFIG = """
+extra_forbidden_paths = ["private/**"]
+
+[[exposure]]
+tools = ["*"]
+"""
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    (root / "src" / "client").mkdir(parents=True)
+    (root / "src" / "client" / "factory.py").write_text(
+        "from legacy import LegacyClient\n\n\ndef make():\n    return new LegacyClient(1)\n"
+    )
+    (root / "src" / "app.py").write_text("x = new LegacyClient(2)\ny = new legacyclient(3)\n")
+    (root / "docs").mkdir()
+    (root / "docs" / "notes.md").write_text("Do not call new LegacyClient( directly.\n")
+    (root / ".gitignore").write_text("build/\n")
+    (root / "build").mkdir()
+    (root / "build" / "generated.py").write_text("new LegacyClient(99)\n")
+    (root / "server.pem").write_text("new LegacyClient( in a forbidden file\n")
+    (root / "private").mkdir()
+    (root / "private" / "plan.txt").write_text("new LegacyClient( in a configured forbidden dir\n")
+    return root
+
+
+@pytest.fixture
+def kernel(ws: Path):
+    kernel = make_kernel(ws, CONFIG, workspace_tools=False)
+    assert install(kernel) is not None
+    yield kernel
+    kernel.close()
+
+
+async def search(kernel, **arguments):
+    return await kernel.call(kernel.start_run(), "repo.search", arguments)
+
+
+async def test_search_returns_structured_matches_and_a_safe_summary(kernel):
+    result = await search(kernel, query="new LegacyClient(")
+    assert result.status is Status.SUCCEEDED
+    out = result.structured_output
+    found = {(m["path"], m["line"]) for m in out["matches"]}
+    assert found == {("src/client/factory.py", 5), ("src/app.py", 1), ("docs/notes.md", 1)}
+    factory = next(m for m in out["matches"] if m["path"] == "src/client/factory.py")
+    assert factory["preview"] == "    return new LegacyClient(1)"
+    assert factory["column"] == 12
+    assert out["truncated"] is False
+    assert result.safe_message == "Found 3 matches for 'new LegacyClient(' in 3 files."
+
+
+async def test_the_full_rg_output_is_an_artifact(kernel):
+    result = await search(kernel, query="new LegacyClient(")
+    (ref,) = result.artifacts
+    lines = kernel.artifacts.read(ref.id).decode().splitlines()
+    kinds = [json.loads(line)["type"] for line in lines]
+    assert kinds.count("match") == 3
+    assert kinds[-1] == "summary"
+
+
+async def test_gitignored_files_are_not_searched(kernel):
+    result = await search(kernel, query="LegacyClient(99)")
+    assert result.structured_output["matches"] == []
+    assert result.safe_message == "No matches for 'LegacyClient(99)'."
+
+
+async def test_forbidden_paths_are_excluded_even_when_globs_ask_for_them(kernel):
+    for globs in (None, ["*.pem", "private/**"], ["server.pem"]):
+        result = await search(kernel, query="LegacyClient( in a", pathGlobs=globs)
+        assert result.status is Status.SUCCEEDED
+        assert result.structured_output["matches"] == [], globs
+    raw = kernel.artifacts.read(result.artifacts[0].id)
+    assert b"server.pem" not in raw
+
+
+async def test_path_globs_restrict_the_search(kernel):
+    result = await search(kernel, query="new LegacyClient(", pathGlobs=["src/**/*.py"])
+    paths = {m["path"] for m in result.structured_output["matches"]}
+    assert paths == {"src/client/factory.py", "src/app.py"}
+
+
+async def test_case_and_regex_options(kernel):
+    folded = await search(kernel, query="new legacyclient(", caseSensitive=False)
+    assert len(folded.structured_output["matches"]) == 4
+    regex = await search(kernel, query=r"LegacyClient\(\d\)", fixedString=False)
+    assert {m["line"] for m in regex.structured_output["matches"]} == {1, 5}
+
+
+async def test_max_results_cuts_and_reports_the_total(kernel):
+    result = await search(kernel, query="LegacyClient", maxResults=2)
+    out = result.structured_output
+    assert len(out["matches"]) == 2
+    assert out["truncated"] is True
+    assert out["totalMatches"] == 4
+    assert "Showing the first 2" in result.safe_message
+
+
+async def test_an_invalid_regex_is_invalid_arguments(kernel):
+    result = await search(kernel, query="(unclosed", fixedString=False)
+    assert result.status is Status.INVALID_ARGUMENTS
+    assert result.error_code is ErrorCode.SCHEMA_VIOLATION
+
+
+async def test_search_arguments_are_bounded_by_the_schema(kernel):
+    too_long = await search(kernel, query="x" * 501)
+    assert too_long.error_code is ErrorCode.OUT_OF_BOUNDS
+    extra = await search(kernel, query="x", path="/etc")
+    assert extra.error_code is ErrorCode.UNKNOWN_PROPERTY
+    many = await search(kernel, query="x", pathGlobs=["*"] * 21)
+    assert many.status is Status.INVALID_ARGUMENTS
