@@ -1,51 +1,247 @@
 """Redaction of what is bound for the model.
 
 Every string in a result's safe message and structured output passes through
-``Redactor.redact``: values the runtime knows to be secret are masked wherever they
-appear, the workspace's absolute location is rewritten to workspace-relative form,
-and other absolute host paths are masked. Each redaction is counted by kind so it can
-be recorded in the ledger and noted in the projection.
+``Redactor.redact``; process output can pass through ``StreamRedactor`` chunk by chunk.
+Four things are masked, each counted by kind so the kernel can record the redaction
+in the ledger and note it in the projection:
+
+- values the runtime knows to be secret (``add_secret``), also base64 and URL-encoded;
+- secrets found by pattern and entropy (``toolkernel.secrets``): provider token
+  formats, private keys, JWTs, credentials in assignments, URLs and command lines;
+- raw stack traces (Python, Java, Node), replaced by ``[stack trace withheld: N frames]``;
+- host paths: the workspace's absolute location becomes workspace-relative, any other
+  absolute path becomes ``<host-path>``.
+
+Speed matters because tool output can be large. The secret rules form one compiled
+alternation, but Python's ``re`` would try every alternative at every position of the
+text, at about 1 MB/s. So every rule is written to start at a *trigger*: a keyword
+(``password``, ``token``, ``://``, …) or the start of a long run of token characters.
+Triggers are found with C-speed byte operations (``bytes.lower``, ``bytes.find``,
+``bytes.translate``) and the alternation is tried only there, with ``re.match``.
+Paths, private key blocks and stack traces use regexes that begin with a literal,
+which ``re`` scans for quickly.
 """
 
 from __future__ import annotations
 
+import base64
+import codecs
 import re
+import string
+import urllib.parse
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["Redactor"]
+from toolkernel.secrets import SECRET_RULES, Rule
+
+__all__ = [
+    "HOST_PATH_MASK",
+    "SECRET_MASK",
+    "TRACE_MASK",
+    "Redactor",
+    "StreamRedactor",
+]
 
 HOST_PATH_MASK: Final = "<host-path>"
 SECRET_MASK: Final = "[REDACTED]"  # noqa: S105 - the mask, not a secret
+TRACE_MASK: Final = "[stack trace withheld: {frames} frames]"
 
-# An absolute POSIX path of two or more segments, not part of a URL or a relative path.
-_HOST_PATH: Final = re.compile(r"(?<![\w.~/:%-])/(?:[\w.@+-]+/)+[\w.@+-]*")
+_MIN_KNOWN: Final = 4  # shorter known values would mask ordinary words
+_WHOLE_TEXT_MAX: Final = 1 << 20
+_BLOCK: Final = 1 << 16
+
+# --- host paths -----------------------------------------------------------------------
+
+# An absolute POSIX path of two or more segments. The literal "/" comes first so that
+# ``re`` can skip to candidates quickly; the lookbehind then rejects a "/" that
+# continues a URL (``https://h/a/b``), a relative path (``src/a/b``) or a home path.
+_HOST_PATH: Final = re.compile(r"/(?<![\w.~/:%-]/)(?:[\w.@+-]+/)+[\w.@+-]*")
+# Literal first for speed; the drive letter is checked by the lookbehind and masked too.
+_WINDOWS_PATH: Final = re.compile(
+    r":\\(?<=(?<![\w/])[A-Za-z]:\\)(?:[^\\\s\"'<>|:*?]+\\)+[^\\\s\"'<>|:*?]*"
+)
+
+# --- stack traces ---------------------------------------------------------------------
+
+_FRAME_LINE: Final = (
+    r"[ \t]+(?:"
+    # Java and Node: "at pkg.Cls.method(File.java:12)", "at fn (/x/y.js:1:2)", "at /x.js:1:2"
+    r"at [^\n]{1,400}?(?:\([^()\n]*(?::\d+|Native Method|Unknown Source|<anonymous>|index \d+)"
+    r"[^()\n]*\)|:\d+:\d+)"
+    r"|\.\.\. \d+ (?:more|common frames omitted)"
+    # Python: 'File "x.py", line 3, in f' and its indented source and caret lines.
+    r"|File \"[^\"\n]+\", line \d+[^\n]*(?:\r?\n[ \t]+(?!File \"|at )[^\n]*)*"
+    r")[ \t]*(?:\r?\n|\Z)"
+)
+_TRACE: Final = re.compile(
+    rf"(?:Traceback \(most recent call last\):[ \t]*\r?\n)?(?:{_FRAME_LINE})+"
+)
+_FRAME_START: Final = re.compile(r"(?m)^[ \t]+(?:at |File \")")
+# Literals that start a trace or a frame line; the trace regex is tried only there.
+_TRACE_ANCHORS: Final = ("\tat ", "    at ", 'File "')
+_TRACE_HEADER: Final = "Traceback (most recent call last):"
+
+# --- secrets by pattern ---------------------------------------------------------------
+
+_PRIVATE_KEY_ANCHORS: Final = ("-----BEGIN", "LS0tLS1CRUdJT")
+# Every secret rule starts at a trigger: a keyword (searched in the lower-cased text,
+# with the offset from the trigger to where the rule starts), or the start of a long
+# run of token characters (provider tokens, JWTs, high-entropy values).
+_TRIGGERS: Final = (
+    (b"pass", 0),
+    (b"pwd", 0),
+    (b"secret", 0),
+    (b"cred", 0),
+    (b"token", 0),
+    (b"key", 0),
+    (b"auth", 0),
+    (b"_pat", 1),
+    (b"directoryentry", 0),
+    # Needles ending in a rare byte are found faster: " -u" rather than "-u ".
+    (b" -u", 1),
+    (b"://", 0),
+    (b"hooks.slack", 0),
+)
+# Inflected words that start like a keyword but never name a credential; pytest's
+# "PASSED" lines alone would otherwise make most of the candidates in test output.
+_INFLECTIONS: Final = (b"passed", b"passes", b"passing", b"keyword", b"keyboard")
+_RUN_CHARS: Final = string.ascii_letters + string.digits + "_-"
+_RUN_LENGTH: Final = 20
+_RUN_TABLE: Final = bytes(1 if chr(b) in _RUN_CHARS else 0 for b in range(256))
+_RUN: Final = b"\x01" * _RUN_LENGTH
+# A token may begin before its first long run: "dp.ct.<run>", "123456:<run>", and
+# base64 with "+" and "/" ("0tZn+7QQ/<run>").
+_TOKEN_PREFIX: Final = (string.ascii_letters + string.digits + "_-.:+/=").encode()
+_TOKEN_PREFIX_MAX: Final = 64
+_BINDER: Final = frozenset(b"=:,")
+_BINDER_GAP: Final = b" \t\"'`"
+# How far past its start a match may reach: a key, a few lines, a long value.
+_WINDOW: Final = 1024
+_CONTEXT: Final = 64
+
+
+class _RuleSet:
+    """The secret rules compiled as one alternation, tried at candidate positions."""
+
+    def __init__(self, rules: Iterable[Rule]) -> None:
+        self._parts: list[str] = []
+        self._rules: list[tuple[Rule, list[str]]] = []
+        self._index: dict[str, int] = {}
+        for index, rule in enumerate(rules):
+            name = f"r{index}"
+            rename = re.sub(r"\(\?P<(v\d*)>", rf"(?P<{name}\1>", rule.pattern)
+            groups = [f"{name}{g}" for g in re.findall(r"\(\?P<(v\d*)>", rule.pattern)]
+            self._parts.append(f"(?P<{name}>{rename})")
+            self._rules.append((rule, groups))
+            self._index[name] = index
+        self._tails: dict[int, re.Pattern[str]] = {}
+
+    def _tail(self, first: int) -> re.Pattern[str]:
+        """The alternation of rules ``first`` onwards (compiled on first use)."""
+        if first not in self._tails:
+            self._tails[first] = re.compile("|".join(self._parts[first:]))
+        return self._tails[first]
+
+    def match_at(self, text: str, pos: int, end: int) -> tuple[int, int, str] | None:
+        """The span to mask and its kind, for the first rule that matches at ``pos``."""
+        first = 0
+        while first < len(self._rules):
+            match = self._tail(first).match(text, pos, end)
+            if match is None:
+                return None
+            assert match.lastgroup is not None  # every alternative is a named group
+            index = self._index[match.lastgroup]
+            rule, groups = self._rules[index]
+            span = next((match.span(g) for g in groups if match.start(g) != -1), match.span())
+            if _accept(rule, text, pos, span):
+                return span[0], span[1], rule.kind
+            first = index + 1  # vetoed: a later rule may still match here
+        return None
+
+
+def _accept(rule: Rule, text: str, pos: int, span: tuple[int, int]) -> bool:
+    value = text[span[0] : span[1]]
+    if value == SECRET_MASK:
+        return False
+    if rule.check is not None and not rule.check(value):
+        return False
+    if rule.context is not None:
+        return rule.context(text[max(0, pos - _CONTEXT) : pos])
+    return True
+
+
+_PRIVATE_KEYS: Final = _RuleSet(r for r in SECRET_RULES if r.kind == "private-key")
+_SECRETS: Final = _RuleSet(r for r in SECRET_RULES if r.kind != "private-key")
+# Kinds that say where a secret was found rather than what it is; a value they mask
+# that is also a known token format is reported under that format's kind.
+_CONTEXT_KINDS: Final = frozenset(
+    ("password-assignment", "secret-assignment", "high-entropy", "auth-header", "url-credentials")
+)
+_FORMATS: Final = _RuleSet(
+    r for r in SECRET_RULES if r.kind not in _CONTEXT_KINDS and r.kind != "private-key"
+)
 
 
 class Redactor:
-    """Masks known secrets and host paths in text and in JSON-like values."""
+    """Masks secrets, stack traces and host paths in text and in JSON-like values.
+
+    Args:
+        workspace: the workspace root; paths under it are shown relative to it.
+        secrets: values the runtime knows to be secret (API keys it injected).
+    """
 
     def __init__(self, workspace: Path, secrets: Iterable[str] = ()) -> None:
         self.workspace = str(workspace)
-        self._secrets = sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True)
+        self._known: dict[str, None] = {}
+        self._variants: list[str] = []
+        ws = re.escape(self.workspace.rstrip("/") or "/")
+        # The literal comes first for a fast scan; the lookbehind then makes sure the
+        # workspace is not the tail of a longer path, the lookahead that it ends there.
+        self._workspace_inside = re.compile(rf"{ws}/(?<![\w.~/-]{ws}/)(?=[\w.@+-])")
+        self._workspace_root = re.compile(rf"{ws}(?<![\w.~/-]{ws})/?(?![\w.@+-])")
+        for value in secrets:
+            self.add_secret(value)
+
+    @property
+    def max_secret_length(self) -> int:
+        """Length of the longest known secret form (streams must carry this much)."""
+        return max((len(v) for v in self._variants), default=0)
 
     def add_secret(self, value: str) -> None:
-        """Mask ``value`` from now on (for secrets the runtime itself hands to tools)."""
-        if len(value) >= 4 and value not in self._secrets:
-            self._secrets.append(value)
-            self._secrets.sort(key=len, reverse=True)
+        """Mask ``value`` from now on (for secrets the runtime itself hands to tools).
+
+        Its URL-encoded and base64 forms are masked too, including the base64 of the
+        value inside a longer encoded string (``user:token`` in a Basic header).
+        """
+        if len(value) < _MIN_KNOWN or value in self._known:
+            return
+        self._known[value] = None
+        forms = set(self._variants) | _encoded_forms(value)
+        self._variants = sorted(forms, key=len, reverse=True)
 
     def redact_text(self, text: str, counts: Counter[str]) -> str:
-        for secret in self._secrets:
-            if secret in text:
-                counts["known-secret"] += text.count(secret)
-                text = text.replace(secret, SECRET_MASK)
-        if self.workspace in text:
-            text = re.sub(re.escape(self.workspace) + r"/?", "", text)
-            counts["workspace-path"] += 1
-        return _HOST_PATH.sub(lambda m: _mask_path(m, counts), text)
+        """``text`` with every secret, stack trace and host path masked.
+
+        Args:
+            text: any text bound for the model.
+            counts: incremented per redaction, by kind (``github-token``,
+                ``known-secret``, ``stack-trace``, ``host-path``, …).
+        """
+        if len(text) > _WHOLE_TEXT_MAX:
+            # Large texts go through in line-aligned blocks that stay in the CPU cache;
+            # on tens of megabytes this is faster than whole-text passes.
+            stream = StreamRedactor(self)
+            blocks = (text[i : i + _BLOCK] for i in range(0, len(text), _BLOCK))
+            redacted = "".join(stream.redact_chunks(blocks))
+            counts.update(stream.counts)
+            return redacted
+        text = self._mask_known(text, counts)
+        text = _mask_traces(text, counts)
+        text = _mask_private_keys(text, counts)
+        text = _mask_secrets(text, counts)
+        return self._mask_paths(text, counts)
 
     def redact(self, value: Any, counts: Counter[str]) -> Any:
         """A copy of a JSON-like value with every string (keys included) redacted."""
@@ -59,7 +255,245 @@ class Redactor:
             return [self.redact(v, counts) for v in value]
         return value
 
+    def _mask_known(self, text: str, counts: Counter[str]) -> str:
+        for form in self._variants:
+            if form in text:
+                counts["known-secret"] += text.count(form)
+                text = text.replace(form, SECRET_MASK)
+        return text
 
-def _mask_path(match: re.Match[str], counts: Counter[str]) -> str:
-    counts["host-path"] += 1
-    return HOST_PATH_MASK
+    def _mask_paths(self, text: str, counts: Counter[str]) -> str:
+        # Fixed replacement strings (no callback) keep this fast on path-heavy logs.
+        if self.workspace in text:
+            total = text.count(self.workspace)
+            text, inside = self._workspace_inside.subn("", text)
+            if inside < total:
+                text, root = self._workspace_root.subn(".", text)
+                inside += root
+            if inside:
+                counts["workspace-path"] += inside
+        if "/" in text:
+            text, masked = _HOST_PATH.subn(HOST_PATH_MASK, text)
+            if masked:
+                counts["host-path"] += masked
+        if ":\\" in text:
+            spans = [(m.start() - 1, m.end(), "host-path") for m in _WINDOWS_PATH.finditer(text)]
+            text = _apply(text, spans, counts, HOST_PATH_MASK)
+        return text
+
+
+def _encoded_forms(value: str) -> set[str]:
+    """``value`` as it may appear in output: plain, URL-encoded, base64 (any offset)."""
+    forms = {value, urllib.parse.quote(value, safe=""), urllib.parse.quote_plus(value)}
+    raw = value.encode()
+    for offset in range(3):
+        encoded = base64.b64encode(b"\0" * offset + raw).decode()
+        # Keep only the characters fixed by the value's own bits, so the form is found
+        # whatever bytes precede or follow it in a longer encoded string.
+        first = -(-8 * offset // 6)
+        last = 8 * (offset + len(raw)) // 6
+        core = encoded[first:last]
+        forms.add(core)
+        forms.add(core.replace("+", "-").replace("/", "_"))
+    return {f for f in forms if len(f) >= _MIN_KNOWN}
+
+
+def _mask_traces(text: str, counts: Counter[str]) -> str:
+    if not any(anchor in text for anchor in _TRACE_ANCHORS):
+        return text
+    out: list[str] = []
+    done = 0
+    for start in _line_starts_of(text, _TRACE_ANCHORS):
+        if start < done:
+            continue
+        match = _TRACE.match(text, start)
+        if match is None:
+            continue
+        # Take the header line into the block when it sits just above the first frame.
+        header = start - len(_TRACE_HEADER) - 1
+        if text.startswith(_TRACE_HEADER, header) and header >= done:
+            start = header
+        frames = len(_FRAME_START.findall(match.group()))
+        if frames == 0:
+            continue
+        newline = "\n" if match.group().endswith("\n") else ""
+        out += [text[done:start], TRACE_MASK.format(frames=frames), newline]
+        counts["stack-trace"] += 1
+        done = match.end()
+    return "".join(out) + text[done:] if out else text
+
+
+def _line_starts_of(text: str, anchors: Iterable[str]) -> list[int]:
+    """Sorted starts of the lines on which any anchor occurs."""
+    starts: set[int] = set()
+    for anchor in anchors:
+        at = text.find(anchor)
+        while at != -1:
+            line_start = text.rfind("\n", 0, at) + 1
+            starts.add(line_start)
+            line_end = text.find("\n", at)
+            at = -1 if line_end == -1 else text.find(anchor, line_end)
+    return sorted(starts)
+
+
+def _mask_private_keys(text: str, counts: Counter[str]) -> str:
+    found: list[_Replacement] = []
+    for anchor in _PRIVATE_KEY_ANCHORS:
+        at = text.find(anchor)
+        while at != -1:
+            hit = _PRIVATE_KEYS.match_at(text, at, len(text))
+            if hit is not None:
+                found.append(hit)
+            at = text.find(anchor, at + 1 if hit is None else hit[1])
+    found.sort()
+    return _apply(text, found, counts)
+
+
+def _mask_secrets(text: str, counts: Counter[str]) -> str:
+    found: list[_Replacement] = []
+    done = 0
+    for pos in _candidates(text):
+        if pos < done:
+            continue
+        hit = _SECRETS.match_at(text, pos, pos + _WINDOW)
+        if hit is not None:
+            start, end, kind = hit
+            if kind in _CONTEXT_KINDS:
+                exact = _FORMATS.match_at(text, start, end)
+                if exact is not None and exact[:2] == (start, end):
+                    kind = exact[2]
+            found.append((start, end, kind))
+            done = end
+    return _apply(text, found, counts)
+
+
+def _candidates(text: str) -> list[int]:
+    """Sorted positions where a secret rule may start, found at C speed."""
+    # One byte per character, so byte offsets are character offsets.
+    raw = text.encode("latin-1", "replace")
+    low = raw.lower()
+    found: list[int] = []
+    add = found.append
+    for trigger, offset in _TRIGGERS:
+        at = low.find(trigger)
+        while at != -1:
+            if not low.startswith(_INFLECTIONS, at):
+                add(at + offset)
+            at = low.find(trigger, at + 1)
+    runs = raw.translate(_RUN_TABLE)
+    at = runs.find(_RUN)
+    while at != -1:
+        add(at)
+        # bytes.rstrip walks back over a character set at C speed.
+        before = raw[max(0, at - _TOKEN_PREFIX_MAX) : at]
+        start = at - (len(before) - len(before.rstrip(_TOKEN_PREFIX)))
+        for begin in {at, start}:
+            if begin != at:
+                add(begin)
+            gap = raw[max(0, begin - 4) : begin]
+            binder = begin - 1 - (len(gap) - len(gap.rstrip(_BINDER_GAP)))
+            if binder >= 0 and raw[binder] in _BINDER:
+                add(binder)
+        run_end = runs.find(b"\x00", at)
+        at = -1 if run_end == -1 else runs.find(_RUN, run_end)
+    found.sort()
+    return found
+
+
+_Replacement = tuple[int, int, str]
+
+
+def _apply(
+    text: str, found: list[_Replacement], counts: Counter[str], mask: str = SECRET_MASK
+) -> str:
+    if not found:
+        return text
+    out: list[str] = []
+    done = 0
+    for start, end, kind in found:
+        if start < done:
+            continue
+        out += [text[done:start], mask]
+        counts[kind] += 1
+        done = end
+    out.append(text[done:])
+    return "".join(out)
+
+
+# --- streaming ------------------------------------------------------------------------
+
+_DEFAULT_HOLD: Final = 4096
+_MAX_LINE: Final = 64 * 1024
+
+
+class StreamRedactor:
+    """Redacts output that arrives in chunks, as a process writes it.
+
+    A secret split across two chunks is still masked: the end of what has arrived is
+    held back (``hold`` characters, at least the longest known secret, and up to the
+    last line break) until more arrives or the stream is closed. Memory stays bounded
+    by the chunk size plus ``max_line``.
+
+    Args:
+        redactor: the redactor whose rules and known secrets apply.
+        hold: characters always held back, at least.
+        max_line: the longest line kept whole; a longer line is cut at a blank.
+    """
+
+    def __init__(
+        self, redactor: Redactor, *, hold: int = _DEFAULT_HOLD, max_line: int = _MAX_LINE
+    ) -> None:
+        self.redactor = redactor
+        self.counts: Counter[str] = Counter()
+        self._hold = hold
+        self._max_line = max(max_line, hold)
+        self._buffer = ""
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, chunk: bytes | str) -> str:
+        """Take the next chunk; return the redacted text that is now final."""
+        self._buffer += self._decoder.decode(chunk) if isinstance(chunk, bytes) else chunk
+        cut = self._cut()
+        if cut == 0:
+            return ""
+        ready, self._buffer = self._buffer[:cut], self._buffer[cut:]
+        return self.redactor.redact_text(ready, self.counts)
+
+    def close(self) -> str:
+        """End of stream: return the redacted rest."""
+        rest = self._buffer + self._decoder.decode(b"", final=True)
+        self._buffer = ""
+        return self.redactor.redact_text(rest, self.counts) if rest else ""
+
+    def redact_chunks(self, chunks: Iterable[bytes | str]) -> Iterator[str]:
+        """Redact a whole stream of chunks, yielding text as it becomes final."""
+        for chunk in chunks:
+            if text := self.feed(chunk):
+                yield text
+        if text := self.close():
+            yield text
+
+    def _cut(self) -> int:
+        """Where the final part of the buffer ends: a line break before the held tail."""
+        buffer = self._buffer
+        hold = max(self._hold, 2 * self.redactor.max_secret_length)
+        limit = len(buffer) - hold
+        if limit <= 0:
+            return 0
+        cut = buffer.rfind("\n", 0, limit) + 1
+        if cut == 0:
+            if len(buffer) <= self._max_line:
+                return 0
+            # A huge line without breaks: cut at a blank, which no token spans.
+            cut = max(buffer.rfind(" ", 0, limit), buffer.rfind("\t", 0, limit)) + 1
+            if cut == 0:
+                cut = limit
+        # Keep an unfinished private key block together with its BEGIN line.
+        begin = buffer.rfind("-----BEGIN", 0, cut)
+        if (
+            begin != -1
+            and "-----END" not in buffer[begin:cut]
+            and len(buffer) - begin <= self._max_line
+        ):
+            cut = buffer.rfind("\n", 0, begin) + 1
+        return cut
