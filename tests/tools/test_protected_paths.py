@@ -67,3 +67,17 @@ def test_ordinary_files_stay_writable(kernel):
     result = run_shell(kernel, "sh", "-c", "echo new > made.txt")
     assert result.status is Status.SUCCEEDED
     assert (kernel.config.workspace / "made.txt").read_text() == "new\n"
+
+
+@pytest.mark.parametrize("offset", [-20, -5, 0, 3, 17])
+def test_a_secret_across_the_preview_edge_does_not_leak_in_part(kernel, offset):
+    from toolkernel.tools.adapter import PREVIEW_BYTES
+
+    token = "ghp_" + "Q7r8S9t0U1v2W3x4Y5z6A7b8C9d0E1f2G3h4"
+    filler = PREVIEW_BYTES + offset - 4
+    script = f"import sys; sys.stdout.write('x' * {filler} + ' {token} ' + 'y' * 300000)"
+    result = run_shell(kernel, "python3", "-c", script)
+    assert result.status is Status.SUCCEEDED
+    shown = str(result.projection())
+    for size in range(8, len(token)):  # no fragment long enough to matter
+        assert token[-size:] not in shown and token[:size] not in shown

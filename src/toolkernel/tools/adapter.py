@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -478,17 +479,45 @@ def _capture(store: ArtifactStore, path: Path, description: str, producer: str) 
         path.unlink()
         return CapturedStream(0, "", "", None)
     with path.open("rb") as handle:
-        head = handle.read(PREVIEW_BYTES)
+        window = handle.read(PREVIEW_BYTES + _EDGE_BYTES)
+        head = _cut_head(window, PREVIEW_BYTES) if size > PREVIEW_BYTES else window
         tail = b""
         if size > 2 * PREVIEW_BYTES:
-            handle.seek(size - PREVIEW_BYTES)
-            tail = handle.read(PREVIEW_BYTES)
+            handle.seek(max(size - PREVIEW_BYTES - _EDGE_BYTES, PREVIEW_BYTES))
+            tail = _cut_tail(handle.read(), PREVIEW_BYTES)
         elif size > PREVIEW_BYTES:
+            handle.seek(len(head))
             tail = handle.read()
     ref = store.put_file(
         path, media_type="text/plain", description=description, producer=producer, move=True
     )
     return CapturedStream(size, _text(head), _text(tail), ref)
+
+
+# Previews are cut at line ends where one is near, and a token cut in half is dropped:
+# redaction sees each preview alone, and half a secret matches no rule.
+_EDGE_BYTES: Final = 4096
+_TRAILING_TOKEN: Final = re.compile(rb"[A-Za-z0-9_\-+/=.:@%]+$")
+_LEADING_TOKEN: Final = re.compile(rb"[A-Za-z0-9_\-+/=.:@%]+")
+
+
+def _cut_head(data: bytes, limit: int) -> bytes:
+    newline = data.find(b"\n", limit)
+    if newline != -1:
+        return data[: newline + 1]
+    cut = data[:limit]
+    trailing = _TRAILING_TOKEN.search(cut)
+    return cut[: trailing.start()] if trailing else cut
+
+
+def _cut_tail(data: bytes, limit: int) -> bytes:
+    start = max(len(data) - limit, 0)
+    newline = data.rfind(b"\n", 0, start)
+    if newline != -1:
+        return data[newline + 1 :]
+    cut = data[start:]
+    leading = _LEADING_TOKEN.match(cut)
+    return cut[leading.end() :] if leading and start > 0 else cut
 
 
 def _text(data: bytes) -> str:
