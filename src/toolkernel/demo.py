@@ -112,11 +112,18 @@ def _scenarios(root: Path, out: TextIO) -> int:
         run = kernel.start_run()
         shown = kernel.expose(run)
         _say(out, f"Workspace: {root}")
-        _say(out, f"Sandbox: {'bubblewrap' if sandbox else 'UNAVAILABLE (sandboxed tools refused)'}")
+        _say(
+            out, f"Sandbox: {'bubblewrap' if sandbox else 'UNAVAILABLE (sandboxed tools refused)'}"
+        )
         _say(out, "Tools shown to the model: " + ", ".join(d.name for d in shown))
 
-        def propose(title: str, tool: str, arguments: Any, expect: Callable[[ToolCallResult], bool],
-                    **fields: Any) -> ToolCallResult:
+        def propose(
+            title: str,
+            tool: str,
+            arguments: Any,
+            expect: Callable[[ToolCallResult], bool],
+            **fields: Any,
+        ) -> ToolCallResult:
             _heading(out, title)
             _say(out, f"model proposes: {tool} {json.dumps(arguments)}")
             result = kernel.call_sync(run, tool, arguments, **fields)
@@ -134,8 +141,11 @@ def _scenarios(root: Path, out: TextIO) -> int:
         print_ledger_table(kernel.ledger.events(run.id), out=out)
         report = kernel.ledger.verify(run.id)
         checks.append(("ledger verifies", report.ok))
-        _say(out, f"\nledger verify: {report.events_checked} events, "
-                  f"{'intact' if report.ok else 'BROKEN'}")
+        _say(
+            out,
+            f"\nledger verify: {report.events_checked} events, "
+            f"{'intact' if report.ok else 'BROKEN'}",
+        )
     _heading(out, "Summary")
     for title, passed in checks:
         _say(out, f"  {'ok ' if passed else 'FAIL'}  {title}")
@@ -199,13 +209,20 @@ def _redaction(propose: Propose, run: Run) -> None:
         "Redaction: a command prints credentials",
         "shell.run",
         {"argv": ["python3", "-c", leak]},
-        lambda r: "AKIAIOSFODNN7EXAMPLE" not in json.dumps(r.projection())
-        and "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8" not in json.dumps(r.projection()),
+        lambda r: (
+            "AKIAIOSFODNN7EXAMPLE" not in json.dumps(r.projection())
+            and "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8" not in json.dumps(r.projection())
+        ),
     )
 
 
-_SCENARIOS = (_end_to_end, _drill_extra_argument, _drill_outside_workspace, _drill_timeout,
-              _redaction)
+_SCENARIOS = (
+    _end_to_end,
+    _drill_extra_argument,
+    _drill_outside_workspace,
+    _drill_timeout,
+    _redaction,
+)
 
 
 def _heading(out: TextIO, title: str) -> None:

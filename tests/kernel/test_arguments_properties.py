@@ -13,7 +13,9 @@ from toolkernel.codes import CATALOG, Status
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4)
+    ),
     max_leaves=20,
 )
 
@@ -54,7 +56,8 @@ def test_the_hash_does_not_depend_on_key_order_or_spacing(value):
     compact = json.dumps(value, separators=(",", ":"))
     spaced = json.dumps(dict(reversed(list(value.items()))), indent=2)
     first, second = parse_arguments(compact), parse_arguments(spaced)
-    assert isinstance(first, ParsedArguments) and isinstance(second, ParsedArguments)
+    assert isinstance(first, ParsedArguments)
+    assert isinstance(second, ParsedArguments)
     assert first.hash == second.hash == parse_arguments(value).hash  # type: ignore[union-attr]
 
 

@@ -276,7 +276,7 @@ class Ledger(abc.ABC):
         for run_id, events in batches:
             self.append(run_id, events)
 
-    def sync(self) -> None:
+    def sync(self) -> None:  # noqa: B027 - a no-op for ledgers that store on append
         """Return once everything appended so far is stored.
 
         Ledgers whose ``append`` stores before returning have nothing to wait for.
