@@ -121,8 +121,7 @@ def _ledger(workspace: Path) -> sqlite3.Connection:
 @pytest.mark.parametrize(
     "tamper",
     [
-        "UPDATE events SET payload = replace(payload, 'memory.read', 'memory.wipe') "
-        "WHERE seq = 2",
+        "UPDATE events SET payload = replace(payload, 'memory.read', 'memory.wipe') WHERE seq = 2",
         "DELETE FROM events WHERE seq = 3",
         "UPDATE events SET seq = -2 WHERE seq = 2; UPDATE events SET seq = 2 WHERE seq = 3; "
         "UPDATE events SET seq = 3 WHERE seq = -2",

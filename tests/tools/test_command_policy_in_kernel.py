@@ -54,8 +54,9 @@ def test_asked_command_shows_the_full_command_to_the_approver(tmp_path: Path):
         assert result.error_code is ErrorCode.APPROVAL_REJECTED
         (held,) = approver.requests
         assert held.arguments["argv"] == ["make", "deploy", "--prod"]
-        assert any("make deploy --prod" in reason and "it deploys" in reason
-                   for reason in held.reasons)
+        assert any(
+            "make deploy --prod" in reason and "it deploys" in reason for reason in held.reasons
+        )
 
 
 def test_asked_command_without_an_approver_is_denied(tmp_path: Path):
