@@ -62,9 +62,9 @@ from agents.tool_context import ToolContext as AgentsToolContext
 from annotated_types import MaxLen
 from langchain_core.tools import BaseTool
 from langchain_core.tools import tool as lc_tool
+from mcp import Client
 from mcp.server import MCPServer
 
-from mcp import Client
 from toolkernel.calls import ToolCallResult
 from toolkernel.codes import Status
 from toolkernel.config import Config, LedgerConfig
