@@ -10,18 +10,24 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
+import anyio
+
 from toolkernel.approval import TerminalApprover, approve_all
+from toolkernel.calls import ToolCallResult
 from toolkernel.codes import CATALOG, Status
 from toolkernel.config import CONFIG_SCHEMA, Config, load_config
 from toolkernel.context import RunState
-from toolkernel.errors import ToolkernelError
+from toolkernel.definition import ToolDefinition
+from toolkernel.errors import ToolkernelError, UsageError
 from toolkernel.kernel import Kernel
 from toolkernel.ledger import SqliteLedger
 from toolkernel.replay import exchanges
+from toolkernel.run import Run
 
 __all__ = ["main"]
 
@@ -41,6 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("Interrupted.", file=sys.stderr)
         return 130
+    except Exception as exc:  # noqa: BLE001 - the CLI's last line: never a traceback
+        print(f"InternalError: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -93,6 +102,32 @@ def _parser() -> argparse.ArgumentParser:
     lint.add_argument("--format", choices=("text", "json", "sarif"), default="text")
     lint.set_defaults(handler=_lint)
 
+    mcp = commands.add_parser("mcp", help="inspect downstream MCP servers and their pins")
+    mcp_commands = mcp.add_subparsers(dest="mcp_command", required=True)
+    inspect = mcp_commands.add_parser(
+        "inspect", help="list a server's tools with lint findings, trust and pins"
+    )
+    _common(inspect)
+    inspect.add_argument("--name", default="server", help="the server's namespace")
+    inspect.add_argument("--trust", choices=("trusted", "untrusted"), default="untrusted")
+    inspect.add_argument("--format", choices=("text", "json"), default="text")
+    inspect.add_argument(
+        "target",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND... | URL",
+        help="the server's command after --, or its streamable HTTP URL",
+    )
+    inspect.set_defaults(handler=_mcp_inspect)
+    for name, helptext, handler in (
+        ("diff", "show how a changed tool definition differs from its pin", _mcp_diff),
+        ("approve", "approve a changed or new tool definition (re-exposes it)", _mcp_approve),
+    ):
+        pin_command = mcp_commands.add_parser(name, help=helptext)
+        _common(pin_command)
+        pin_command.add_argument("server")
+        pin_command.add_argument("tool")
+        pin_command.set_defaults(handler=handler)
+
     codes = commands.add_parser("codes", help="print the error-code taxonomy")
     codes.add_argument("--format", choices=("table", "markdown", "json"), default="table")
     codes.set_defaults(handler=_codes)
@@ -141,17 +176,55 @@ def _call(args: argparse.Namespace) -> int:
         if args.profile:
             fields["profile"] = args.profile
         run = kernel.start_run(**fields)
-        kernel.expose(run)
-        result = kernel.call_sync(
-            run,
-            args.tool,
-            args.args,
-            version=args.tool_version,
-            idempotency_key=args.idempotency_key,
-            requested_by="cli",
-        )
+
+        async def propose() -> ToolCallResult:
+            async with bridged(kernel, run):
+                kernel.expose(run)
+                return await kernel.call(
+                    run,
+                    args.tool,
+                    args.args,
+                    version=args.tool_version,
+                    idempotency_key=args.idempotency_key,
+                    requested_by="cli",
+                )
+
+        result = anyio.run(propose)
     _print_json(result.projection())
     return EXIT_OK if result.status in (Status.SUCCEEDED, Status.PARTIAL) else EXIT_FAILED
+
+
+def _mcp_inspect(args: argparse.Namespace) -> int:
+    from toolkernel.definition import TrustLevel
+    from toolkernel.mcp import PinStore, inspect_server, render_inspect
+
+    target: list[str] | str = [part for part in args.target if part != "--"]
+    if not target:
+        raise UsageError("give the server's command after --, or its URL")
+    if len(target) == 1 and target[0].startswith(("http://", "https://")):
+        target = target[0]
+    pins = PinStore.in_state_dir(_config(args).state_dir)
+    report = anyio.run(
+        lambda: inspect_server(target, name=args.name, trust=TrustLevel(args.trust), pins=pins)
+    )
+    sys.stdout.write(render_inspect(report, args.format))
+    return EXIT_OK
+
+
+def _mcp_diff(args: argparse.Namespace) -> int:
+    from toolkernel.mcp import PinStore, diff_pins
+
+    store = PinStore.in_state_dir(_config(args).state_dir)
+    sys.stdout.write(diff_pins(store, args.server, args.tool))
+    return EXIT_OK
+
+
+def _mcp_approve(args: argparse.Namespace) -> int:
+    from toolkernel.mcp import approve_pin
+
+    pin = approve_pin(_config(args).state_dir, args.server, args.tool)
+    print(f"approved {args.server}.{args.tool} at {pin.hash}")
+    return EXIT_OK
 
 
 def _tools(args: argparse.Namespace) -> int:
@@ -163,7 +236,12 @@ def _tools(args: argparse.Namespace) -> int:
         if args.profile:
             fields["profile"] = args.profile
         run = kernel.start_run(**fields)
-        definitions = kernel.list_available(run.context)
+
+        async def listing() -> list[ToolDefinition]:
+            async with bridged(kernel, run):
+                return kernel.list_available(run.context)
+
+        definitions = anyio.run(listing)
     if args.format == "json":
         return _print_json([d.to_dict() for d in definitions])
     rows = [
@@ -172,6 +250,19 @@ def _tools(args: argparse.Namespace) -> int:
     ]
     _table(("TOOL", "VERSION", "MODE", "GROUP", "TITLE"), rows)
     return EXIT_OK
+
+
+@asynccontextmanager
+async def bridged(kernel: Kernel, run: Run) -> AsyncIterator[None]:
+    """Connect the configured downstream MCP servers for as long as the block runs."""
+    if not kernel.config.mcp_servers:
+        yield
+        return
+    from toolkernel.mcp import McpBridge
+
+    async with McpBridge(kernel, kernel.config.mcp_servers) as bridge:
+        await bridge.connect_all(run)
+        yield
 
 
 def _open_ledger(args: argparse.Namespace) -> SqliteLedger:
@@ -228,7 +319,13 @@ def _summary(payload: dict[str, Any]) -> tuple[str, str]:
     if "approver" in payload:
         return "", f"by {payload['approver']}"
     if "reasons" in payload:
-        return tool, _clip("; ".join(payload["reasons"]), 80)
+        reasons = [
+            f"{r.get('rule')}: {r.get('message', '')}" if isinstance(r, dict) else str(r)
+            for r in payload["reasons"]
+        ]
+        return str(payload.get("name") or tool), _clip("; ".join(reasons), 80)
+    if "oldHash" in payload:
+        return str(payload.get("name", "")), "definition changed; held until re-approved"
     return tool, _clip(json.dumps(payload, ensure_ascii=False), 80)
 
 

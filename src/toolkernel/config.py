@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from toolkernel.context import ApprovalState, RunState, VerificationStatus
 from toolkernel.definition import Permissions
@@ -32,6 +32,9 @@ from toolkernel.policy import (
     RateLimit,
 )
 from toolkernel.schema import compile_schema
+
+if TYPE_CHECKING:
+    from toolkernel.mcp.servers import ServerConfig
 
 __all__ = ["CONFIG_FILENAME", "Config", "LedgerConfig", "load_config"]
 
@@ -66,6 +69,7 @@ class Config:
     tool_modules: tuple[str, ...] = ()
     tool_definitions: tuple[Path, ...] = ()
     sandbox: Mapping[str, Any] = field(default_factory=dict)
+    mcp_servers: tuple[ServerConfig, ...] = ()
     source: Path | None = None
 
     @property
@@ -177,8 +181,17 @@ def from_mapping(
         tool_modules=tuple(tools.get("modules", ())),
         tool_definitions=tuple(_resolve(base, p) for p in tools.get("definitions", ())),
         sandbox=dict(data.get("sandbox", {})),
+        mcp_servers=_mcp_servers(data.get("mcp"), base),
         source=source,
     )
+
+
+def _mcp_servers(data: Mapping[str, Any] | None, base: Path) -> tuple[ServerConfig, ...]:
+    if not data:
+        return ()
+    from toolkernel.mcp.servers import parse_servers  # the mcp package imports the kernel
+
+    return tuple(parse_servers(data, base=base))
 
 
 def _resolve(root: Path, value: str) -> Path:

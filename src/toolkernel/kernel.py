@@ -24,6 +24,8 @@ the refusal's RESULT), and the approval request on its own before a human is ask
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -36,7 +38,6 @@ from toolkernel.approval import ApprovalDecision, ApprovalRequest, Approver, ask
 from toolkernel.arguments import ArgumentsRejected, parse_arguments
 from toolkernel.artifacts import ArtifactStore
 from toolkernel.calls import ToolCallRequest, ToolCallResult, Usage, new_id, timestamp
-from toolkernel.cancel import CancellationToken
 from toolkernel.codes import ErrorCode, Status, safe_message
 from toolkernel.config import Config, load_config
 from toolkernel.context import RunContext, ToolContext
@@ -53,9 +54,13 @@ from toolkernel.redaction import Redactor
 from toolkernel.registry import RegisteredTool, Registry
 from toolkernel.replay import RecordedResults
 from toolkernel.run import Run, ToolCall
+from toolkernel.tracing import record_tool_span
 from toolkernel.validation import ValidationResult, Violation, validate
 
-__all__ = ["Kernel", "ProgressListener"]
+__all__ = ["ApprovalCheck", "ArgumentCheck", "Kernel", "ProgressListener"]
+
+# One span per call when OpenTelemetry is installed (the `tracing` extra); else nothing.
+_TRACE = record_tool_span if importlib.util.find_spec("opentelemetry") else None
 
 ProgressListener = Callable[[str, float, float | None, str | None], None]
 """Called with (tool call id, progress, total, message) as a tool reports progress."""
@@ -168,6 +173,7 @@ class Kernel:
         self.processors = tuple(processors)
         self._inflight: dict[tuple[str, str], _Inflight] = {}
         self._generation = 0
+        self._received: dict[str, int] = {}  # call id -> time.time_ns() it arrived
         self._argument_checks: dict[str, ArgumentCheck] = {}
         self._approval_checks: dict[str, ApprovalCheck] = {}
         if builtins:
@@ -200,6 +206,11 @@ class Kernel:
         registered = self.registry.register(tool, handler, **kwargs)
         self._generation += 1
         return registered
+
+    def unregister(self, name: str, version: str | None = None) -> None:
+        """Withdraw a tool (one version, or all): it is neither shown nor callable."""
+        self.registry.unregister(name, version)
+        self._generation += 1
 
     def add_checks(
         self,
@@ -358,6 +369,7 @@ class Kernel:
 
     async def _admit(self, run: Run, call: ToolCall, journal: _Journal) -> _Admission:
         """REQUEST → lookup → parse → validate → idempotency → authorize → approval → STARTED."""
+        received_ns = time.time_ns()
         parsed = parse_arguments(call.arguments, max_bytes=self.config.max_argument_bytes)
         rejected = parsed if isinstance(parsed, ArgumentsRejected) else None
         request = ToolCallRequest(
@@ -373,6 +385,7 @@ class Kernel:
             trace_context=call.trace_context,
         )
         events = [NewEvent(EventType.TOOL_CALL_REQUEST, request.to_dict(), request.tool_call_id)]
+        self._received[request.tool_call_id] = received_ns
         call_id, name = request.tool_call_id, request.tool_name
 
         assessed = self._assess(run, request, rejected)
@@ -495,6 +508,7 @@ class Kernel:
             [NewEvent(EventType.TOOL_CALL_RESULT, payload, request.tool_call_id, index_key=index)]
         )
         _settle(self._inflight, request, admission.inflight, result)
+        self._finished(request, result, tool.definition.version)
         return result
 
     # -- pieces of the pipeline -------------------------------------------------------
@@ -612,7 +626,16 @@ class Kernel:
         events.append(NewEvent(EventType.TOOL_CALL_RESULT, payload, request.tool_call_id))
         journal.write(events)
         _settle(self._inflight, request, inflight, result)
+        self._finished(request, result, request.tool_version)
         return result
+
+    def _finished(
+        self, request: ToolCallRequest, result: ToolCallResult, version: str | None
+    ) -> None:
+        """The call is over: emit its trace span (a no-op without OpenTelemetry)."""
+        received_ns = self._received.pop(request.tool_call_id, None)
+        if _TRACE is not None and received_ns is not None:
+            _TRACE(request, result, version, received_ns, time.time_ns())
 
     def _share(
         self, dup: _Duplicate, shared: ToolCallResult | None, journal: _Journal
@@ -625,6 +648,7 @@ class Kernel:
         payload = _result_payload(dup.request, result, dup.request.tool_version)
         payload["sharedWith"] = shared.tool_call_id
         journal.write([NewEvent(EventType.TOOL_CALL_RESULT, payload, dup.request.tool_call_id)])
+        self._finished(dup.request, result, dup.request.tool_version)
         return result
 
     def _idempotent(
@@ -652,6 +676,7 @@ class Kernel:
             payload["replayedFrom"] = {"runId": recorded.run_id, "seq": recorded.seq}
             events.append(NewEvent(EventType.TOOL_CALL_RESULT, payload, call_id))
             journal.write(events)
+            self._finished(request, result, request.tool_version)
             return result
         entry = _Inflight(request.arguments_hash)
         self._inflight[(name, key)] = entry
@@ -845,6 +870,3 @@ def _open_ledger(config: Config) -> Ledger:
 def _short(text: str, limit: int = 64) -> str:
     clean = "".join(c if c.isprintable() else "?" for c in text)
     return clean if len(clean) <= limit else clean[: limit - 1] + "…"
-
-
-__all__ += ["CancellationToken"]

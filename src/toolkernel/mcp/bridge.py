@@ -1,0 +1,695 @@
+"""The bridge: downstream MCP servers as REMOTE_MCP tools of a kernel.
+
+Admission, per remote tool, in this order (the first failing step decides):
+
+1. **allowlist** — a server's ``tools`` list names what may be bridged (rule ``ALLOWLIST``);
+2. **linter** — any error-severity finding rejects the tool (``P…`` poisoning rules;
+   ``D…`` rules are warnings for MCP tools, so only poisoning rejects in practice);
+3. **definition** — it must convert to a valid ToolDefinition (rule ``DEFINITION``)
+   and not take a name already used by another tool (rule ``NAME_COLLISION``);
+4. **pin** — its definition must match its pin (see ``pins.py``). A changed definition
+   is held back and recorded as REMOTE_TOOL_CHANGED; a new tool of a ``pin = "strict"``
+   server waits for approval (rule ``PIN_APPROVAL``).
+
+A rejected tool is never registered, so the model never sees it; each rejection is a
+REMOTE_TOOL_REJECTED event with its reasons. Nothing about one server stops another.
+
+Conversion decisions:
+
+* Names are ``<server>.<remote name>`` with every character outside ``[A-Za-z0-9_-]``
+  replaced by ``_``.
+* The input schema's top level is closed (``additionalProperties: false``) whatever
+  the server said: the model may send only the declared properties. Such tools are
+  tagged ``mcp:schema-closed``; pins hash the definition as the server gave it.
+* Annotations are believed only from ``trust = "trusted"`` servers, read with the MCP
+  defaults (not read-only, destructive, open-world). An untrusted tool is mutating and
+  external (so it needs the network permission and is never READ_ONLY); a hint that
+  makes it *more* dangerous (``destructiveHint: true``) is still taken.
+
+Results: ``isError`` becomes FAILED/TOOL_ERROR (the tool ran and reported a failure of
+its own; repeating the call would not help), with its content as output. Transport and
+protocol failures are FAILED/REMOTE_ERROR; a lost connection is retryable and the
+server is restarted on the next call. With an ``outputSchema`` the output is the
+``structuredContent``, which the kernel holds to that schema
+(OUTPUT_CONTRACT_VIOLATION); otherwise it is ``{"content": [...]}``. Images, audio and
+binary resources go to the artifact store and appear as ``{"artifact": id}``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import re
+import sys
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Final, Self, TextIO
+
+import anyio
+import anyio.abc
+import mcp_types as types
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+
+from toolkernel.artifacts import ArtifactStore
+from toolkernel.calls import ArtifactRef
+from toolkernel.canonical import sha256_of
+from toolkernel.codes import ErrorCode, safe_message
+from toolkernel.definition import ExecutionMode, ToolDefinition
+from toolkernel.dispatch import Invocation, ToolOutput
+from toolkernel.errors import DefinitionError, ToolFailed, ToolkernelError
+from toolkernel.kernel import Kernel
+from toolkernel.ledger import EventType, NewEvent
+from toolkernel.lint import Finding, Severity, lint_definition
+from toolkernel.mcp.pins import PinStore, PinVerdict, pinned_view
+from toolkernel.mcp.servers import ServerConfig
+from toolkernel.run import Run
+
+__all__ = [
+    "ADMISSION_RUN_ID",
+    "Admission",
+    "McpBridge",
+    "RejectReason",
+    "ServerConnection",
+    "ServerReport",
+    "ServerUnavailable",
+    "admit_tool",
+    "list_remote_tools",
+    "namespaced",
+]
+
+ADMISSION_RUN_ID: Final = "mcp-admission"
+"""The ledger run that admission events go to when no run is given."""
+CONNECT_TIMEOUT_S: Final = 30.0
+"""Bound on starting a server (spawn + initialize) and on listing its tools."""
+CLIENT_INFO: Final = types.Implementation(name="toolkernel", version="0.1")
+
+_log = logging.getLogger(__name__)
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
+class ServerUnavailable(ToolkernelError):
+    """A downstream server could not be started or reached."""
+
+
+@dataclass(frozen=True, slots=True)
+class RejectReason:
+    """Why a remote tool was not admitted: a lint rule id or a bridge rule."""
+
+    rule: str
+    message: str
+    pointer: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return {"rule": self.rule, "message": self.message, "pointer": self.pointer}
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What the bridge decided about one remote tool, before pinning."""
+
+    server: ServerConfig
+    tool: Mapping[str, Any]
+    name: str
+    definition: ToolDefinition | None
+    findings: tuple[Finding, ...] = ()
+    reasons: tuple[RejectReason, ...] = ()
+
+    @property
+    def accepted(self) -> bool:
+        return self.definition is not None and not self.reasons
+
+    @property
+    def remote_name(self) -> str:
+        return str(self.tool.get("name", ""))
+
+    @property
+    def pin_hash(self) -> str:
+        return sha256_of(pinned_view(self.tool))
+
+
+@dataclass(frozen=True, slots=True)
+class ServerReport:
+    """The state of one server after connecting or refreshing it."""
+
+    server: str
+    connected: bool
+    error: str | None = None
+    accepted: tuple[str, ...] = ()
+    rejected: tuple[str, ...] = ()
+    held: tuple[str, ...] = ()
+
+
+def namespaced(server: str, remote_name: str) -> str:
+    """``git`` + ``git status`` → ``git.git_status``."""
+    local = _UNSAFE_NAME.sub("_", remote_name)[: 127 - len(server)] or "_"
+    return f"{server}.{local}"
+
+
+def admit_tool(server: ServerConfig, tool: Mapping[str, Any]) -> Admission:
+    """Allowlist, lint and convert one tool of ``server`` (as listed by ``tools/list``)."""
+    remote = str(tool.get("name", ""))
+    name = namespaced(server.name, remote)
+    if not (server.allows(remote) or server.allows(name.split(".", 1)[1])):
+        reason = RejectReason("ALLOWLIST", f"not on the allowlist of server {server.name}")
+        return Admission(server, tool, name, None, reasons=(reason,))
+    findings = tuple(lint_definition(tool, kind="mcp"))
+    errors = tuple(
+        RejectReason(f.rule, f.message, f.pointer) for f in findings if f.severity is Severity.ERROR
+    )
+    if errors:
+        return Admission(server, tool, name, None, findings, errors)
+    try:
+        definition = ToolDefinition.from_dict(_definition_data(server, name, tool))
+    except DefinitionError as exc:
+        reason = RejectReason("DEFINITION", f"field '{exc.field}': {exc.problem}"[:300])
+        return Admission(server, tool, name, None, findings, (reason,))
+    return Admission(server, tool, name, definition, findings)
+
+
+def _definition_data(server: ServerConfig, name: str, tool: Mapping[str, Any]) -> dict[str, Any]:
+    remote = str(tool.get("name", ""))
+    annotations = tool.get("annotations") or {}
+    schema, closed = _closed(tool.get("inputSchema"))
+    safety, idempotent = _risk(server, annotations)
+    tags = ["mcp", server.source]
+    if closed:
+        tags.append("mcp:schema-closed")
+    title = tool.get("title") or annotations.get("title") or name
+    data: dict[str, Any] = {
+        "name": name,
+        "version": "1",
+        "title": str(title)[:200],
+        "description": tool.get("description")
+        or f"Tool '{remote[:64]}' of MCP server {server.name} (it gives no description).",
+        "inputSchema": schema,
+        "executionMode": str(ExecutionMode.REMOTE_MCP),
+        "permissions": {"network": safety["external"]},
+        "safety": safety,
+        "timeoutMs": server.timeout_ms,
+        "idempotent": idempotent,
+        "tags": tags,
+    }
+    if tool.get("outputSchema") is not None:
+        data["outputContract"] = {"schema": tool["outputSchema"]}
+    return data
+
+
+def _closed(schema: Any) -> tuple[Any, bool]:
+    """The input schema with its top level closed; True when that changed it."""
+    if not isinstance(schema, Mapping):
+        return schema, False
+    closed = {"type": "object", **schema, "additionalProperties": False}
+    return closed, closed != schema
+
+
+def _risk(server: ServerConfig, hints: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """Safety fields and idempotency, believing the hints only from trusted servers."""
+    if server.trusted:
+        read_only = hints.get("readOnlyHint") is True
+        mutating = not read_only
+        destructive = mutating and hints.get("destructiveHint") is not False
+        external = hints.get("openWorldHint") is not False
+        idempotent = read_only or hints.get("idempotentHint") is True
+    else:
+        mutating, external, idempotent = True, True, False
+        destructive = hints.get("destructiveHint") is True
+    safety = {
+        "mutating": mutating,
+        "destructive": destructive,
+        "external": external,
+        "trust": str(server.trust),
+        "source": server.source,
+    }
+    return safety, idempotent
+
+
+class ServerConnection:
+    """One server's client session, owned by a task of the bridge's task group.
+
+    The SDK's client is an async context manager, so a dedicated task enters it and
+    keeps it open until ``close`` (or until it is found dead and replaced).
+    """
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        group: anyio.abc.TaskGroup,
+        *,
+        errlog: TextIO | None = None,
+        on_tools_changed: Callable[[str], Coroutine[Any, Any, None]] | None = None,
+    ) -> None:
+        self.config = config
+        self.generation = 0
+        self._group = group
+        self._errlog = errlog
+        self._on_tools_changed = on_tools_changed
+        self._client: Client | None = None
+        self._stop: anyio.Event | None = None
+        self._lock = anyio.Lock()
+
+    async def client(self) -> Client:
+        """The live client, starting the server first when needed.
+
+        Raises:
+            ServerUnavailable: the server could not be started or initialized.
+        """
+        async with self._lock:
+            if self._client is None:
+                self.close()
+                self._stop = anyio.Event()
+                try:
+                    with anyio.fail_after(CONNECT_TIMEOUT_S):
+                        self._client = await self._group.start(self._own, self._stop)
+                except Exception as exc:  # any failure to start means "unavailable"
+                    raise ServerUnavailable(
+                        f"MCP server {self.config.name} could not be started: {type(exc).__name__}"
+                    ) from exc
+                self.generation += 1
+            return self._client
+
+    def discard(self, client: Client) -> None:
+        """Forget a client whose connection failed; the next call starts a new one."""
+        if self._client is client:
+            self.close()
+
+    def close(self) -> None:
+        self._client = None
+        if self._stop is not None:
+            self._stop.set()
+            self._stop = None
+
+    async def _own(self, stop: anyio.Event, *, task_status: anyio.abc.TaskStatus[Client]) -> None:
+        started = False
+        try:
+            async with self._new_client() as client:
+                task_status.started(client)
+                started = True
+                await stop.wait()
+        except Exception:
+            if not started:
+                raise
+            # The process died or the connection broke: calls see it as REMOTE_ERROR.
+            _log.info("MCP server %s: connection ended", self.config.name, exc_info=True)
+
+    def _new_client(self) -> Client:
+        config = self.config
+        target: Any
+        if config.url:
+            target = config.url
+        else:
+            params = StdioServerParameters(
+                command=config.command[0],
+                args=list(config.command[1:]),
+                env=config.child_env(),
+                cwd=config.cwd,
+            )
+            target = stdio_client(params, errlog=self._errlog or sys.stderr)
+        return Client(
+            target,
+            mode="legacy",
+            cache=None,
+            client_info=CLIENT_INFO,
+            message_handler=self._on_message,
+        )
+
+    async def _on_message(self, message: Any) -> None:
+        changed = getattr(message, "method", None) == "notifications/tools/list_changed"
+        if changed and self._on_tools_changed is not None:
+            self._group.start_soon(self._on_tools_changed, self.config.name)
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    server: str
+    remote: str
+    structured: bool
+
+
+@dataclass
+class _ServerState:
+    connection: ServerConnection
+    listed_generation: int = 0
+    names: set[str] = field(default_factory=set)
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+
+
+class McpBridge:
+    """Bridges downstream servers into ``kernel`` and is its REMOTE_MCP adapter.
+
+    ::
+
+        async with McpBridge(kernel, servers) as bridge:
+            await bridge.connect_all(run)
+            ...  # kernel.call(run, "git.git_status", {...})
+
+    Args:
+        kernel: the kernel to register tools on; the bridge installs itself as its
+            REMOTE_MCP adapter.
+        servers: the configured downstream servers.
+        pins: the pin store; defaults to ``<state_dir>/mcp-pins.json``.
+        errlog: where stdio servers' stderr goes (default: ours).
+    """
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        servers: Iterable[ServerConfig],
+        *,
+        pins: PinStore | None = None,
+        errlog: TextIO | None = None,
+    ) -> None:
+        self.kernel = kernel
+        self.servers = {server.name: server for server in servers}
+        self.pins = pins or PinStore.in_state_dir(kernel.config.state_dir)
+        self.errlog = errlog
+        self.run_id = ADMISSION_RUN_ID
+        self._states: dict[str, _ServerState] = {}
+        self._routes: dict[str, _Route] = {}
+        self._held: dict[tuple[str, str], Admission] = {}
+        self._reported: set[tuple[str, str, str]] = set()
+        self._group: anyio.abc.TaskGroup | None = None
+
+    async def __aenter__(self) -> Self:
+        self._group = anyio.create_task_group()
+        await self._group.__aenter__()
+        for name, config in self.servers.items():
+            connection = ServerConnection(
+                config, self._group, errlog=self.errlog, on_tools_changed=self._refresh_quietly
+            )
+            self._states[name] = _ServerState(connection)
+        self.kernel.adapters[ExecutionMode.REMOTE_MCP] = self
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        for name in list(self._routes):
+            self._withdraw(name)
+        for state in self._states.values():
+            state.connection.close()
+        assert self._group is not None
+        self._group.cancel_scope.cancel()  # background refreshes; servers shut down shielded
+        # The body's own exception propagates as it is, not wrapped in a group.
+        await self._group.__aexit__(None, None, None)
+        return None
+
+    # -- admission ------------------------------------------------------------------
+
+    async def connect_all(self, run: Run | str | None = None) -> list[ServerReport]:
+        """Connect every server and register its admitted tools.
+
+        Admission events go to ``run`` (or to the ``mcp-admission`` run). A server
+        that cannot start is reported and skipped; the others go on.
+        """
+        if run is not None:
+            self.run_id = run if isinstance(run, str) else run.id
+        reports: list[ServerReport] = []
+        for name in self.servers:
+            reports.append(await self.refresh(name))
+        return reports
+
+    async def refresh(self, server: str) -> ServerReport:
+        """List ``server``'s tools again and admit, hold or withdraw each."""
+        state = self._states[server]
+        async with state.lock:
+            try:
+                client = await state.connection.client()
+                generation = state.connection.generation
+                with anyio.fail_after(CONNECT_TIMEOUT_S):
+                    listed = await list_remote_tools(client)
+            except (ServerUnavailable, MCPError, ValidationError, TimeoutError) as exc:
+                _log.warning("MCP server %s is unavailable: %s", server, exc)
+                return ServerReport(server, connected=False, error=str(exc)[:300])
+            state.listed_generation = generation
+            return self._admit_all(state, self.servers[server], listed)
+
+    async def approve_pin(self, server: str, tool: str) -> ToolDefinition | None:
+        """Approve the pending definition of ``server``'s ``tool`` (its remote name)
+        and expose it now; returns its definition when it is registered.
+
+        Raises:
+            UsageError: nothing is pending for that tool.
+        """
+        self.pins.approve(server, tool)
+        held = self._held.pop((server, tool), None)
+        if held is None or held.definition is None:
+            return None
+        self._expose(held)
+        return held.definition
+
+    def _admit_all(
+        self, state: _ServerState, config: ServerConfig, listed: Sequence[Mapping[str, Any]]
+    ) -> ServerReport:
+        events: list[NewEvent] = []
+        accepted: list[str] = []
+        rejected: list[str] = []
+        held: list[str] = []
+        seen: set[str] = set()
+        for tool in listed:
+            admission = self._admit(config, tool, seen)
+            seen.add(admission.name)
+            if not admission.accepted:
+                self._withdraw(admission.name)
+                rejected.append(admission.remote_name)
+                events.extend(self._rejected_event(admission, admission.reasons))
+                continue
+            check = self.pins.check(config.name, tool, strict=config.pin == "strict")
+            if check.exposed:
+                self._expose(admission)
+                accepted.append(admission.name)
+                continue
+            self._withdraw(admission.name)
+            self._held[(config.name, admission.remote_name)] = admission
+            held.append(admission.remote_name)
+            if check.verdict is PinVerdict.CHANGED:
+                events.extend(self._changed_event(admission, check.old_hash, check.hash))
+            else:
+                reason = RejectReason(
+                    "PIN_APPROVAL", "a new tool of a strict server awaits approval"
+                )
+                events.extend(self._rejected_event(admission, (reason,)))
+        for gone in state.names - seen:
+            self._withdraw(gone)
+        state.names = seen
+        if events:
+            self.kernel.ledger.append(self.run_id, events)
+        return ServerReport(config.name, True, None, tuple(accepted), tuple(rejected), tuple(held))
+
+    def _admit(self, config: ServerConfig, tool: Mapping[str, Any], seen: set[str]) -> Admission:
+        admission = admit_tool(config, tool)
+        if not admission.accepted:
+            return admission
+        name = admission.name
+        existing = self.kernel.registry.find(name)
+        if name in seen or (existing is not None and name not in self._routes):
+            reason = RejectReason("NAME_COLLISION", f"another tool is already named {name}")
+            return Admission(config, tool, name, None, admission.findings, (reason,))
+        return admission
+
+    def _expose(self, admission: Admission) -> None:
+        assert admission.definition is not None
+        name = admission.name
+        self.kernel.unregister(name)
+        self.kernel.register(admission.definition)
+        structured = admission.definition.output_contract.schema is not None
+        self._routes[name] = _Route(admission.server.name, admission.remote_name, structured)
+
+    def _withdraw(self, name: str) -> None:
+        if self._routes.pop(name, None) is not None:
+            self.kernel.unregister(name)
+
+    def _rejected_event(
+        self, admission: Admission, reasons: Sequence[RejectReason]
+    ) -> list[NewEvent]:
+        payload = {
+            **_identity(admission),
+            "reasons": [reason.to_dict() for reason in reasons],
+        }
+        return self._once("rejected", admission, payload, EventType.REMOTE_TOOL_REJECTED)
+
+    def _changed_event(self, admission: Admission, old: str | None, new: str) -> list[NewEvent]:
+        payload = {
+            **_identity(admission),
+            "oldHash": old,
+            "newHash": new,
+            "exposed": False,
+            "approve": f"toolkernel mcp diff {admission.server.name} {admission.remote_name[:64]}",
+        }
+        return self._once("changed", admission, payload, EventType.REMOTE_TOOL_CHANGED)
+
+    def _once(
+        self, kind: str, admission: Admission, payload: dict[str, Any], event: EventType
+    ) -> list[NewEvent]:
+        key = (kind, admission.name, admission.pin_hash)
+        if key in self._reported:
+            return []
+        self._reported.add(key)
+        return [NewEvent(event, payload)]
+
+    async def _refresh_quietly(self, server: str) -> None:
+        try:
+            await self.refresh(server)
+        except Exception:  # noqa: BLE001 - a background refresh must not end the bridge
+            _log.exception("refreshing the tools of MCP server %s failed", server)
+
+    # -- the REMOTE_MCP adapter ------------------------------------------------------
+
+    async def invoke(self, invocation: Invocation) -> ToolOutput:
+        """Call the remote tool behind ``invocation`` (the kernel's Adapter protocol)."""
+        name = invocation.tool.name
+        route = self._routes.get(name)
+        if route is None:
+            raise _remote_failure(name, "the tool is no longer bridged", retryable=False)
+        state = self._states[route.server]
+        connection = state.connection
+        try:
+            client = await connection.client()
+        except ServerUnavailable as exc:
+            raise _remote_failure(name, "its server could not be started", retryable=True) from exc
+        if connection.generation != state.listed_generation:
+            await self.refresh(route.server)  # a restarted server may offer other definitions
+            if self._routes.get(name) != route:
+                raise _remote_failure(name, "its definition changed and awaits approval", False)
+
+        context = invocation.context
+
+        async def progress(progress: float, total: float | None, message: str | None) -> None:
+            context.progress(progress, total, message or "")
+
+        request = types.CallToolRequest(
+            params=types.CallToolRequestParams(
+                name=route.remote, arguments=dict(invocation.arguments)
+            )
+        )
+        try:
+            result = await client.session.send_request(
+                request, types.CallToolResult, progress_callback=progress
+            )
+        except MCPError as exc:
+            if exc.code == types.CONNECTION_CLOSED:
+                connection.discard(client)
+                detail = "its server stopped; it is restarted on the next call"
+                raise _remote_failure(name, detail, retryable=True) from exc
+            detail = f"its server refused the call with error {exc.code}"
+            raise _remote_failure(name, detail, retryable=False) from exc
+        except ValidationError as exc:
+            raise _remote_failure(name, "its server sent a malformed result", False) from exc
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            connection.discard(client)
+            raise _remote_failure(name, "the connection to its server broke", True) from exc
+        return _to_output(
+            result, name, route.structured, self.kernel.artifacts, context.tool_call_id
+        )
+
+
+def _identity(admission: Admission) -> dict[str, Any]:
+    return {
+        "server": admission.server.name,
+        "tool": admission.remote_name[:200],
+        "name": admission.name,
+        "source": admission.server.source,
+        "trust": str(admission.server.trust),
+        "definitionHash": admission.pin_hash,
+    }
+
+
+async def list_remote_tools(client: Client) -> list[dict[str, Any]]:
+    tools: list[dict[str, Any]] = []
+    cursor: str | None = None
+    for _ in range(100):  # a paginator that never ends cannot hang admission
+        page = await client.list_tools(cursor=cursor, cache_mode="bypass")
+        tools.extend(
+            t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in page.tools
+        )
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return tools
+
+
+def _wire(tool: types.Tool) -> dict[str, Any]:
+    return tool.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def _remote_failure(tool: str, detail: str, retryable: bool) -> ToolFailed:
+    return ToolFailed(
+        safe_message(ErrorCode.REMOTE_ERROR, tool=tool, detail=detail),
+        code=ErrorCode.REMOTE_ERROR,
+        retryable=retryable,
+    )
+
+
+def _to_output(
+    result: types.CallToolResult,
+    tool: str,
+    structured: bool,
+    store: ArtifactStore,
+    producer: str,
+) -> ToolOutput:
+    """A CallToolResult as the kernel's output: content items, artifacts for binaries."""
+    refs: list[ArtifactRef] = []
+    items = [_content_item(block, tool, store, producer, refs) for block in result.content]
+    if result.is_error:
+        raise ToolFailed(
+            safe_message(
+                ErrorCode.TOOL_ERROR,
+                tool=tool,
+                detail="the remote tool reported an error; its output says why.",
+            ),
+            code=ErrorCode.TOOL_ERROR,
+            output={"content": items},
+            artifacts=refs,
+        )
+    if structured:
+        if result.structured_content is None:
+            raise ToolFailed(
+                safe_message(ErrorCode.OUTPUT_CONTRACT_VIOLATION, tool=tool),
+                code=ErrorCode.OUTPUT_CONTRACT_VIOLATION,
+            )
+        return ToolOutput(result.structured_content, artifacts=tuple(refs))
+    data: dict[str, Any] = {"content": items}
+    if result.structured_content is not None:
+        data["structuredContent"] = result.structured_content
+    return ToolOutput(data, artifacts=tuple(refs))
+
+
+def _content_item(
+    block: Any, tool: str, store: ArtifactStore, producer: str, refs: list[ArtifactRef]
+) -> dict[str, Any]:
+    def keep(encoded: str, media_type: str, kind: str) -> dict[str, Any]:
+        try:
+            data = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            return {"type": kind, "error": "undecodable base64 data was dropped"}
+        ref = store.put(
+            data, media_type=media_type, description=f"{kind} from {tool}", producer=producer
+        )
+        refs.append(ref)
+        return {"type": kind, "artifact": ref.id, "mimeType": media_type, "size": ref.size}
+
+    if isinstance(block, types.TextContent):
+        return {"type": "text", "text": block.text}
+    if isinstance(block, types.ImageContent | types.AudioContent):
+        return keep(block.data, block.mime_type, block.type)
+    if isinstance(block, types.EmbeddedResource):
+        resource = block.resource
+        mime = resource.mime_type or "application/octet-stream"
+        if isinstance(resource, types.BlobResourceContents):
+            return {**keep(resource.blob, mime, "resource"), "uri": str(resource.uri)}
+        return {
+            "type": "resource",
+            "uri": str(resource.uri),
+            "mimeType": mime,
+            "text": resource.text,
+        }
+    if isinstance(block, types.ResourceLink):
+        return {"type": "resource_link", "uri": str(block.uri), "name": block.name}
+    return {"type": str(getattr(block, "type", "unknown")), "note": "content type not bridged"}

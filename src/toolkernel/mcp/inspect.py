@@ -1,0 +1,182 @@
+"""``toolkernel mcp inspect``: what a server offers, and what the bridge would do with it.
+
+Connects once, lists the tools, and for each one reports its lint findings, the
+admission decision (with reasons), the risk the kernel would assign (which depends on
+the trust level) and its pin hash, compared with the pin file when one is given.
+Nothing is registered, pinned or recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import anyio
+
+from toolkernel.definition import TrustLevel
+from toolkernel.lint import Finding
+from toolkernel.mcp.bridge import (
+    CONNECT_TIMEOUT_S,
+    Admission,
+    ServerConnection,
+    admit_tool,
+    list_remote_tools,
+)
+from toolkernel.mcp.pins import PinStore
+from toolkernel.mcp.servers import ServerConfig, ad_hoc_server
+
+__all__ = ["InspectReport", "InspectedTool", "inspect_server", "render_inspect"]
+
+
+@dataclass(frozen=True, slots=True)
+class InspectedTool:
+    """One tool as the bridge would see it."""
+
+    remote_name: str
+    name: str
+    decision: Literal["accept", "reject"]
+    reasons: tuple[dict[str, str], ...]
+    findings: tuple[dict[str, str], ...]
+    risk: dict[str, Any]
+    pin_hash: str
+    pin_status: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tool": self.remote_name,
+            "name": self.name,
+            "decision": self.decision,
+            "reasons": list(self.reasons),
+            "findings": list(self.findings),
+            "risk": self.risk,
+            "pinHash": self.pin_hash,
+            "pinStatus": self.pin_status,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class InspectReport:
+    """A server's identity and its tools."""
+
+    server: str
+    target: str
+    trust: TrustLevel
+    server_info: dict[str, Any]
+    protocol_version: str
+    tools: tuple[InspectedTool, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "server": self.server,
+            "target": self.target,
+            "trust": str(self.trust),
+            "serverInfo": self.server_info,
+            "protocolVersion": self.protocol_version,
+            "tools": [tool.to_dict() for tool in self.tools],
+        }
+
+
+async def inspect_server(
+    target: Sequence[str] | str | ServerConfig,
+    *,
+    name: str = "server",
+    trust: TrustLevel = TrustLevel.UNTRUSTED,
+    pins: PinStore | None = None,
+) -> InspectReport:
+    """Connect to a server (an argv, a URL, or a configured server) and report on it.
+
+    Raises:
+        ServerUnavailable: the server could not be started or listed.
+        ConfigError: the target or name is unusable.
+    """
+    if isinstance(target, ServerConfig):
+        config = target
+    else:
+        base = ad_hoc_server(target, name=name)
+        config = ServerConfig(name=base.name, command=base.command, url=base.url, trust=trust)
+    async with anyio.create_task_group() as group:
+        connection = ServerConnection(config, group)
+        try:
+            client = await connection.client()
+            with anyio.fail_after(CONNECT_TIMEOUT_S):
+                listed = await list_remote_tools(client)
+            info = client.server_info
+            version = client.protocol_version
+        finally:
+            connection.close()
+    tools = tuple(_inspected(admit_tool(config, tool), pins) for tool in listed)
+    return InspectReport(
+        server=config.name,
+        target=config.describe(),
+        trust=config.trust,
+        server_info=info.model_dump(mode="json", exclude_none=True) if info else {},
+        protocol_version=version,
+        tools=tools,
+    )
+
+
+def render_inspect(report: InspectReport, fmt: Literal["text", "json"] = "text") -> str:
+    """The report as JSON or as text for a terminal."""
+    if fmt == "json":
+        return json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n"
+    info = report.server_info
+    lines = [
+        f"server {report.server}: {info.get('name', '?')} {info.get('version', '')}".rstrip(),
+        f"  target: {report.target}",
+        f"  protocol {report.protocol_version}, trust {report.trust}, {len(report.tools)} tools",
+    ]
+    for tool in report.tools:
+        risk = ", ".join(k for k in ("mutating", "destructive", "external") if tool.risk.get(k))
+        lines.append("")
+        lines.append(f"{tool.decision.upper():7} {tool.name}  [{risk or 'read-only'}]")
+        pin = f" ({tool.pin_status})" if tool.pin_status else ""
+        lines.append(f"        pin {tool.pin_hash}{pin}")
+        for reason in tool.reasons:
+            lines.append(f"        rejected: {reason['rule']} {reason['message']}")
+        for finding in tool.findings:
+            where = f" at {finding['pointer']}" if finding["pointer"] else ""
+            lines.append(
+                f"        {finding['severity']} {finding['rule']}{where}: {finding['message']}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _inspected(admission: Admission, pins: PinStore | None) -> InspectedTool:
+    definition = admission.definition
+    risk: dict[str, Any] = {}
+    if definition is not None:
+        risk = {**definition.safety.to_dict(), "readOnly": definition.read_only}
+        risk["idempotent"] = definition.idempotent
+        risk["network"] = definition.permissions.network
+    status = None
+    if pins is not None:
+        status = str(pins.peek(admission.server.name, admission.tool).verdict)
+    return InspectedTool(
+        remote_name=admission.remote_name,
+        name=admission.name,
+        decision="accept" if admission.accepted else "reject",
+        reasons=tuple(reason.to_dict() for reason in admission.reasons),
+        findings=tuple(
+            {
+                "rule": f.rule,
+                "severity": str(f.severity),
+                "pointer": f.pointer,
+                "message": f.message,
+            }
+            for f in admission.findings
+        ),
+        risk=risk,
+        pin_hash=admission.pin_hash,
+        pin_status=status,
+    )
+
+
+def _finding(finding: Finding) -> dict[str, str]:
+    return {
+        "rule": finding.rule,
+        "severity": str(finding.severity),
+        "pointer": finding.pointer,
+        "message": finding.message,
+    }

@@ -1,0 +1,247 @@
+"""Pins: the definition of every remote tool, fixed by a canonical hash.
+
+A pin covers the whole definition as the server states it (``name``, ``title``,
+``description``, ``inputSchema``, ``outputSchema``, ``annotations``), not the
+description alone, and keeps that definition so a change can be shown as a diff.
+
+Trust on first use: a tool seen for the first time is pinned and exposed, unless its
+server is configured with ``pin = "strict"``, where it waits for ``approve``. A tool
+whose definition no longer matches its pin is held back: the new definition is kept
+as *pending* until someone approves it, and the old pin stays in force until then.
+
+The pins live in ``<state_dir>/mcp-pins.json`` (mode 0600), rewritten atomically. Two
+processes sharing a state dir each keep their own view until they reload.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Final
+
+from toolkernel.calls import timestamp
+from toolkernel.canonical import sha256_of
+from toolkernel.errors import ConfigError, UsageError
+
+__all__ = [
+    "PIN_FIELDS",
+    "PIN_FILENAME",
+    "Pin",
+    "PinCheck",
+    "PinStore",
+    "PinVerdict",
+    "approve_pin",
+    "diff_pins",
+    "pinned_view",
+]
+
+PIN_FILENAME: Final = "mcp-pins.json"
+PIN_FIELDS: Final = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
+_FORMAT: Final = 1
+
+
+class PinVerdict(StrEnum):
+    """What a definition is, compared with its pin."""
+
+    MATCH = "match"  # pinned and unchanged: exposed
+    PINNED = "pinned"  # first sight, pinned now (trust on first use): exposed
+    UNAPPROVED = "unapproved"  # first sight under pin="strict": held until approved
+    CHANGED = "changed"  # differs from its pin: held until approved
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """An approved definition."""
+
+    server: str
+    tool: str
+    hash: str
+    definition: Mapping[str, Any]
+    approved_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class PinCheck:
+    """The outcome of checking a definition against the pins."""
+
+    verdict: PinVerdict
+    hash: str
+    old_hash: str | None = None
+
+    @property
+    def exposed(self) -> bool:
+        return self.verdict in (PinVerdict.MATCH, PinVerdict.PINNED)
+
+
+def pinned_view(tool: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of an MCP tool definition that is pinned (absent fields left out)."""
+    return {key: tool[key] for key in PIN_FIELDS if tool.get(key) is not None}
+
+
+class PinStore:
+    """The pin file of one state directory."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._data: dict[str, dict[str, dict[str, Any]]] = _load(path)
+
+    @classmethod
+    def in_state_dir(cls, state_dir: Path) -> PinStore:
+        return cls(state_dir / PIN_FILENAME)
+
+    def get(self, server: str, tool: str) -> Pin | None:
+        """The approved pin of a tool, if any."""
+        entry = self._data.get(server, {}).get(tool)
+        if entry is None or "hash" not in entry:
+            return None
+        return Pin(server, tool, entry["hash"], entry["definition"], entry.get("approvedAt", ""))
+
+    def pending(self, server: str, tool: str) -> Mapping[str, Any] | None:
+        """The definition waiting for approval (``{"hash", "definition", "seenAt"}``)."""
+        entry = self._data.get(server, {}).get(tool, {})
+        pending: Mapping[str, Any] | None = entry.get("pending")
+        return pending
+
+    def peek(self, server: str, tool: Mapping[str, Any]) -> PinCheck:
+        """Compare a definition with its pin without recording anything."""
+        view = pinned_view(tool)
+        digest = sha256_of(view)
+        pin = self.get(server, str(tool.get("name", "")))
+        if pin is None:
+            return PinCheck(PinVerdict.UNAPPROVED, digest)
+        if pin.hash == digest:
+            return PinCheck(PinVerdict.MATCH, digest)
+        return PinCheck(PinVerdict.CHANGED, digest, pin.hash)
+
+    def check(self, server: str, tool: Mapping[str, Any], *, strict: bool = False) -> PinCheck:
+        """Compare a definition with its pin; pin it on first sight unless ``strict``.
+
+        A definition that is not exposed is kept as pending, for ``approve`` and
+        ``diff_pins``; the file is saved when anything changed.
+        """
+        seen = self.peek(server, tool)
+        name = str(tool.get("name", ""))
+        if seen.verdict is PinVerdict.MATCH:
+            if self.pending(server, name) is not None:
+                self._entry(server, name).pop("pending")  # the server went back: nothing to approve
+                self.save()
+            return seen
+        if seen.verdict is PinVerdict.UNAPPROVED and not strict:
+            self._approve(server, name, pinned_view(tool), seen.hash)
+            self.save()
+            return PinCheck(PinVerdict.PINNED, seen.hash)
+        pending = self.pending(server, name)
+        if pending is None or pending.get("hash") != seen.hash:
+            self._entry(server, name)["pending"] = {
+                "hash": seen.hash,
+                "definition": pinned_view(tool),
+                "seenAt": timestamp(),
+            }
+            self.save()
+        return seen
+
+    def approve(self, server: str, tool: str) -> Pin:
+        """Approve the pending definition of a tool: it becomes the pin.
+
+        Raises:
+            UsageError: nothing is pending for that tool.
+        """
+        pending = self.pending(server, tool)
+        if pending is None:
+            raise UsageError(f"no changed or new definition of {server}.{tool} awaits approval")
+        self._approve(server, tool, pending["definition"], pending["hash"])
+        self._entry(server, tool).pop("pending", None)
+        self.save()
+        pin = self.get(server, tool)
+        assert pin is not None
+        return pin
+
+    def awaiting(self) -> list[tuple[str, str]]:
+        """(server, tool) of every definition waiting for approval."""
+        return [
+            (server, tool)
+            for server, tools in sorted(self._data.items())
+            for tool, entry in sorted(tools.items())
+            if "pending" in entry
+        ]
+
+    def save(self) -> None:
+        document = {"format": _FORMAT, "servers": self._data}
+        _write_private(self.path, json.dumps(document, indent=2, sort_keys=True) + "\n")
+
+    def _approve(self, server: str, tool: str, view: Mapping[str, Any], digest: str) -> None:
+        entry = self._entry(server, tool)
+        entry.update({"hash": digest, "definition": dict(view), "approvedAt": timestamp()})
+
+    def _entry(self, server: str, tool: str) -> dict[str, Any]:
+        return self._data.setdefault(server, {}).setdefault(tool, {})
+
+
+def diff_pins(store: PinStore, server: str, tool: str) -> str:
+    """A unified diff of the pinned definition against the pending one.
+
+    Raises:
+        UsageError: nothing is pending for that tool.
+    """
+    pending = store.pending(server, tool)
+    if pending is None:
+        raise UsageError(f"no changed or new definition of {server}.{tool} awaits approval")
+    pin = store.get(server, tool)
+    old = _pretty(pin.definition) if pin else []
+    new = _pretty(pending["definition"])
+    label = f"{server}.{tool}"
+    old_label = f"{label} (pinned {pin.hash[:19]})" if pin else f"{label} (not pinned)"
+    lines = difflib.unified_diff(
+        old, new, old_label, f"{label} (pending {str(pending['hash'])[:19]})", lineterm=""
+    )
+    return "\n".join(lines) + "\n"
+
+
+def approve_pin(state_dir: Path, server: str, tool: str) -> Pin:
+    """Approve a pending definition in the pin file of ``state_dir`` (for the CLI).
+
+    Raises:
+        UsageError: nothing is pending for that tool.
+    """
+    return PinStore.in_state_dir(state_dir).approve(server, tool)
+
+
+def _pretty(definition: Mapping[str, Any]) -> list[str]:
+    # One key per line with sorted keys: a changed word shows as one changed line.
+    return json.dumps(definition, indent=2, sort_keys=True, ensure_ascii=False).splitlines()
+
+
+def _load(path: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the MCP pins ({exc.strerror})") from exc
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: the MCP pin file is not valid JSON ({exc})") from exc
+    if not isinstance(document, dict) or document.get("format") != _FORMAT:
+        raise ConfigError(f"{path}: not an MCP pin file of format {_FORMAT}")
+    servers: dict[str, dict[str, dict[str, Any]]] = document.get("servers", {})
+    return servers
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

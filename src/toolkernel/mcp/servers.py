@@ -1,0 +1,206 @@
+"""Downstream MCP servers as configured in ``toolkernel.toml``::
+
+    [[mcp.servers]]
+    name = "git"                          # namespace of its tools: git.status
+    command = ["uvx", "mcp-server-git"]   # stdio; or url = "http://127.0.0.1:8000/mcp"
+    env_allow = ["HOME"]                  # names passed through from our environment
+    env = { GIT_AUTHOR_NAME = "bot" }     # values set for the child
+    timeout_ms = 30000                    # per call (becomes the tools' timeoutMs)
+    tools = ["git_status", "git_diff"]    # allowlist of remote names; absent = all
+    trust = "untrusted"                   # "trusted": annotations are believed
+    pin = "tofu"                          # "strict": new tools wait for approval
+
+A stdio child gets a small base environment from the SDK (HOME, LOGNAME, PATH, SHELL,
+TERM, USER), the variables named in ``env_allow`` that are set here, and ``env``;
+nothing else of ours leaks to it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from toolkernel.definition import TrustLevel
+from toolkernel.errors import ConfigError
+from toolkernel.schema import compile_schema
+
+__all__ = [
+    "MCP_CONFIG_SCHEMA",
+    "PinMode",
+    "ServerConfig",
+    "ad_hoc_server",
+    "parse_servers",
+    "server_from_mapping",
+]
+
+PinMode = Literal["tofu", "strict"]
+
+DEFAULT_TIMEOUT_MS: Final = 30_000
+SERVER_NAME_PATTERN: Final = r"^[A-Za-z][A-Za-z0-9_-]{0,31}$"
+
+_SERVER_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name"],
+    "properties": {
+        "name": {"type": "string", "pattern": SERVER_NAME_PATTERN},
+        "command": {
+            "type": "array",
+            "items": {"type": "string", "minLength": 1},
+            "minItems": 1,
+            "description": "argv of a stdio server.",
+        },
+        "url": {
+            "type": "string",
+            "pattern": "^https?://",
+            "description": "Endpoint of a streamable HTTP server.",
+        },
+        "cwd": {"type": "string", "description": "Working directory of a stdio server."},
+        "env_allow": {
+            "type": "array",
+            "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+        },
+        "env": {"type": "object", "additionalProperties": {"type": "string"}},
+        "timeout_ms": {"type": "integer", "minimum": 1, "maximum": 3_600_000},
+        "tools": {"type": "array", "items": {"type": "string", "minLength": 1}},
+        "trust": {"enum": ["trusted", "untrusted"]},
+        "pin": {"enum": ["tofu", "strict"]},
+    },
+}
+
+MCP_CONFIG_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "additionalProperties": False,
+    "description": "Downstream MCP servers bridged into the kernel (REMOTE_MCP tools).",
+    "properties": {"servers": {"type": "array", "items": _SERVER_SCHEMA}},
+}
+"""The ``mcp`` property of ``config.schema.json``."""
+
+_VALIDATOR: Final = compile_schema(MCP_CONFIG_SCHEMA)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """One downstream server: how to reach it and how far to believe it."""
+
+    name: str
+    command: tuple[str, ...] = ()
+    url: str | None = None
+    cwd: Path | None = None
+    env_allow: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    timeout_ms: int = DEFAULT_TIMEOUT_MS
+    tools: frozenset[str] | None = None
+    trust: TrustLevel = TrustLevel.UNTRUSTED
+    pin: PinMode = "tofu"
+
+    @property
+    def transport(self) -> Literal["stdio", "http"]:
+        return "http" if self.url else "stdio"
+
+    @property
+    def source(self) -> str:
+        """The ``safety.source`` label of this server's tools."""
+        return f"mcp:{self.name}"
+
+    @property
+    def trusted(self) -> bool:
+        return self.trust is TrustLevel.TRUSTED
+
+    def allows(self, remote_name: str) -> bool:
+        """Whether the allowlist admits the remote tool (no allowlist admits all)."""
+        return self.tools is None or remote_name in self.tools
+
+    def child_env(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """What a stdio child gets on top of the SDK's base set."""
+        environ = os.environ if environ is None else environ
+        passed = {key: environ[key] for key in self.env_allow if key in environ}
+        return passed | dict(self.env)
+
+    def describe(self) -> str:
+        """The server's target, for messages (the command or the URL)."""
+        return self.url or " ".join(self.command)
+
+
+def parse_servers(
+    data: Mapping[str, Any] | None, *, base: Path | None = None
+) -> list[ServerConfig]:
+    """The servers of an ``[mcp]`` table (already parsed from TOML).
+
+    Args:
+        data: the value of the ``mcp`` key, or None when the file has none.
+        base: directory a relative ``cwd`` is resolved against.
+
+    Raises:
+        ConfigError: the table breaks the schema or names a server twice; the message
+            names the key, e.g. ``mcp.servers[1].timeout_ms``.
+    """
+    if data is None:
+        return []
+    errors = _VALIDATOR.errors(data, limit=1)
+    if errors:
+        error = errors[0]
+        key = _key(error.instance_path)
+        if error.keyword == "additionalProperties":
+            unexpected = error.details.get("unexpected") or ["?"]
+            raise ConfigError(f"key '{key}.{unexpected[0]}': unknown key")
+        if error.keyword == "required":
+            raise ConfigError(f"key '{key}.{error.details.get('property')}': is required")
+        raise ConfigError(f"key '{key}': {error.message[:200]}")
+    servers: list[ServerConfig] = []
+    seen: set[str] = set()
+    for index, raw in enumerate(data.get("servers", ())):
+        key = f"mcp.servers[{index}]"
+        server = server_from_mapping(raw, key=key, base=base)
+        if server.name in seen:
+            raise ConfigError(f"key '{key}.name': server '{server.name}' is configured twice")
+        seen.add(server.name)
+        servers.append(server)
+    return servers
+
+
+def server_from_mapping(
+    raw: Mapping[str, Any], *, key: str = "mcp.servers[0]", base: Path | None = None
+) -> ServerConfig:
+    """One server table, already checked against the schema.
+
+    Raises:
+        ConfigError: neither or both of ``command`` and ``url`` are given.
+    """
+    if ("command" in raw) == ("url" in raw):
+        raise ConfigError(f"key '{key}': give exactly one of 'command' (stdio) or 'url' (http)")
+    cwd = raw.get("cwd")
+    return ServerConfig(
+        name=raw["name"],
+        command=tuple(raw.get("command", ())),
+        url=raw.get("url"),
+        cwd=(base or Path.cwd()) / cwd if cwd else None,
+        env_allow=tuple(raw.get("env_allow", ())),
+        env=tuple(sorted(raw.get("env", {}).items())),
+        timeout_ms=int(raw.get("timeout_ms", DEFAULT_TIMEOUT_MS)),
+        tools=frozenset(raw["tools"]) if "tools" in raw else None,
+        trust=TrustLevel(raw.get("trust", TrustLevel.UNTRUSTED)),
+        pin=raw.get("pin", "tofu"),
+    )
+
+
+def ad_hoc_server(target: Sequence[str] | str, *, name: str = "server") -> ServerConfig:
+    """A server given on the command line (``mcp inspect -- COMMAND…`` or a URL)."""
+    if not re.match(SERVER_NAME_PATTERN, name):
+        raise ConfigError(f"server name '{name[:40]}' must match {SERVER_NAME_PATTERN}")
+    if isinstance(target, str):
+        return ServerConfig(name=name, url=target)
+    if not target:
+        raise ConfigError("give the server's command or URL")
+    return ServerConfig(name=name, command=tuple(target))
+
+
+def _key(path: Sequence[str | int]) -> str:
+    key = "mcp"
+    for part in path:
+        key += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return key

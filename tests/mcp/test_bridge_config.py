@@ -1,0 +1,95 @@
+"""``[mcp]`` configuration: parsed into frozen records, errors name the key."""
+
+from __future__ import annotations
+
+import re
+import sys
+import tomllib
+
+import anyio
+import pytest
+from fixtures.bridge_support import FIXTURE_SERVER
+
+from toolkernel.definition import TrustLevel
+from toolkernel.errors import ConfigError
+from toolkernel.mcp import MCP_CONFIG_SCHEMA, inspect_server, parse_servers, render_inspect
+from toolkernel.schema import compile_schema
+
+CONFIG = """
+[[mcp.servers]]
+name = "git"
+command = ["uvx", "mcp-server-git"]
+env_allow = ["HOME"]
+env = { GIT_AUTHOR_NAME = "bot" }
+timeout_ms = 5000
+tools = ["git_status", "git_diff"]
+trust = "trusted"
+
+[[mcp.servers]]
+name = "web"
+url = "http://127.0.0.1:8000/mcp"
+pin = "strict"
+"""
+
+
+def test_servers_are_parsed_with_defaults():
+    git, web = parse_servers(tomllib.loads(CONFIG)["mcp"])
+    assert git.command == ("uvx", "mcp-server-git")
+    assert git.transport == "stdio"
+    assert web.transport == "http"
+    assert git.tools == frozenset({"git_status", "git_diff"})
+    assert git.trust is TrustLevel.TRUSTED
+    assert web.trust is TrustLevel.UNTRUSTED
+    assert git.timeout_ms == 5000
+    assert web.timeout_ms == 30_000
+    assert web.tools is None
+    assert web.pin == "strict"
+    assert git.pin == "tofu"
+    assert git.child_env({"HOME": "/h", "AWS_SECRET_ACCESS_KEY": "x"}) == {
+        "HOME": "/h",
+        "GIT_AUTHOR_NAME": "bot",
+    }
+
+
+def test_the_schema_fragment_accepts_the_example():
+    assert compile_schema(MCP_CONFIG_SCHEMA).is_valid(tomllib.loads(CONFIG)["mcp"])
+
+
+@pytest.mark.parametrize(
+    ("table", "key"),
+    [
+        ({"servers": [{"name": "a", "command": ["x"], "timeout": 1}]}, "mcp.servers[0].timeout"),
+        ({"servers": [{"name": "a", "command": ["x"], "trust": "yes"}]}, "mcp.servers[0].trust"),
+        ({"servers": [{"command": ["x"]}]}, "mcp.servers[0].name"),
+        ({"servers": [{"name": "1bad", "command": ["x"]}]}, "mcp.servers[0].name"),
+        ({"servers": [{"name": "a"}]}, "mcp.servers[0]"),
+        ({"servers": [{"name": "a", "command": ["x"], "url": "http://h/mcp"}]}, "mcp.servers[0]"),
+        ({"servers": [{"name": "a", "url": "ftp://h"}]}, "mcp.servers[0].url"),
+        (
+            {"servers": [{"name": "a", "command": ["x"]}, {"name": "a", "command": ["y"]}]},
+            "mcp.servers[1].name",
+        ),
+    ],
+)
+def test_errors_name_the_key(table, key):
+    with pytest.raises(ConfigError, match=re.escape(f"key '{key}'")):
+        parse_servers(table)
+
+
+@pytest.mark.anyio
+async def test_inspect_lists_findings_decisions_and_pins():
+    command = [sys.executable, str(FIXTURE_SERVER), "--poison"]
+    with anyio.fail_after(30):
+        report = await inspect_server(command, name="fx")
+    tools = {tool.remote_name: tool for tool in report.tools}
+    assert tools["echo"].decision == "accept"
+    assert tools["echo"].risk["mutating"]
+    assert tools["echo"].risk["external"]
+    assert tools["echo"].pin_hash.startswith("sha256:")
+    assert tools["add"].decision == "reject"
+    assert any(reason["rule"].startswith("P") for reason in tools["add"].reasons)
+    text = render_inspect(report)
+    assert "REJECT  fx.add" in text
+    assert "ACCEPT  fx.echo" in text
+    data = render_inspect(report, "json")
+    assert '"decision": "reject"' in data

@@ -1,0 +1,261 @@
+"""The bridge against a fixture server whose every tool is known: results, failures,
+cancellation, crash and restart, rejection."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+from fixtures.bridge_support import events_of, fixture_server, open_kernel
+
+from toolkernel.codes import ErrorCode, Status
+from toolkernel.definition import ConcurrencyGroup, ExecutionMode, TrustLevel
+from toolkernel.ledger import EventType
+from toolkernel.mcp import McpBridge, ServerConfig
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_remote_tools_are_namespaced_labelled_and_untrusted_by_default(workspace):
+    kernel = open_kernel(workspace)
+    with anyio.fail_after(30):
+        async with McpBridge(kernel, [fixture_server()]) as bridge:
+            [report] = await bridge.connect_all()
+            assert report.connected
+            echo = kernel.registry.find("fx.echo")
+            assert echo is not None
+            d = echo.definition
+            assert d.execution_mode is ExecutionMode.REMOTE_MCP
+            assert d.safety.source == "mcp:fx"
+            assert d.safety.trust is TrustLevel.UNTRUSTED
+            assert d.safety.mutating
+            assert d.safety.external
+            assert d.permissions.network
+            assert d.concurrency_group is ConcurrencyGroup.EXTERNAL_MUTATION
+            assert d.input_schema["additionalProperties"] is False
+            assert "mcp:schema-closed" in d.tags
+        assert kernel.registry.find("fx.echo") is None  # withdrawn when the bridge closes
+
+
+async def test_a_call_goes_through_the_kernel_and_returns_the_text(workspace):
+    kernel = open_kernel(workspace)
+    run = kernel.start_run()
+    with anyio.fail_after(30):
+        async with McpBridge(kernel, [fixture_server()]) as bridge:
+            await bridge.connect_all(run)
+            result = await kernel.call(run, "fx.echo", {"message": "hi"})
+            refused = await kernel.call(run, "fx.echo", {"message": "hi", "extra": 1})
+    assert result.status is Status.SUCCEEDED
+    assert result.structured_output == {"content": [{"type": "text", "text": "hi"}]}
+    assert refused.status is Status.INVALID_ARGUMENTS
+    assert refused.error_code is ErrorCode.UNKNOWN_PROPERTY
+
+
+async def test_is_error_becomes_failed_tool_error_with_the_content(workspace):
+    kernel = open_kernel(workspace)
+    run = kernel.start_run()
+    with anyio.fail_after(30):
+        async with McpBridge(kernel, [fixture_server()]) as bridge:
+            await bridge.connect_all(run)
+            result = await kernel.call(run, "fx.fail", {})
+    assert result.status is Status.FAILED
+    assert result.error_code is ErrorCode.TOOL_ERROR
+    assert result.structured_output == {"content": [{"type": "text", "text": "disk full"}]}
+
+
+async def test_progress_notifications_become_progress_events(workspace):
+    kernel = open_kernel(workspace)
+    run = kernel.start_run()
+    seen: list[float] = []
+    with anyio.fail_after(30):
+        async with McpBridge(kernel, [fixture_server()]) as bridge:
+            await bridge.connect_all(run)
+            result = await kernel.call(
+                run, "fx.progress", {}, on_progress=lambda _id, p, _t, _m: seen.append(p)
+            )
+    assert result.status is Status.SUCCEEDED
+    assert seen == [1, 2, 3]
+    progress = events_of(kernel, EventType.TOOL_CALL_PROGRESS, run.id)
+    assert [e.payload["progress"] for e in progress] == [1, 2, 3]
+    assert progress[0].payload["total"] == 3
+    assert progress[0].payload["message"] == "step 1"
+
+
+async def _wait_for_line(path: Path, line: str) -> None:
+    while line not in path.read_text(encoding="utf-8").splitlines():
+        await anyio.sleep(0.01)
+
+
+async def test_a_timeout_sends_cancelled_to_the_server(workspace, tmp_path):
+    record = tmp_path / "record.txt"
+    record.write_text("")
+    kernel = open_kernel(workspace)
+    run = kernel.start_run()
+    server = fixture_server("fx", "--record", str(record), timeout_ms=300)
+    with anyio.fail_after(30):
+        async with McpBridge(kernel, [server]) as bridge:
+            await bridge.connect_all(run)
+            result = await kernel.call(run, "fx.slow", {})
+            assert result.status is Status.TIMED_OUT
+            assert result.error_code is ErrorCode.TIMEOUT
+            await _wait_for_line(record, "cancelled slow")
+            # The session survived the cancellation: the next call uses it.
+            after = await kernel.call(run, "fx.echo", {"message": "still here"})
+    assert after.status is Status.SUCCEEDED
+
+
+async def test_cancelling_the_call_sends_cancelled_to_the_server(workspace, tmp_path):
+    record = tmp_path / "record.txt"
+    record.write_text("")
+    kernel = open_kernel(workspace)
+    run = kernel.start_run()
+    server = fixture_server("fx", "--record", str(record))
+    with anyio.fail_after(30):
+        async with McpBridge(kernel, [server]) as bridge:
+            await bridge.connect_all(run)
+            outcome = {}
+
+            async def call() -> None:
+                outcome["result"] = await kernel.call(run, "fx.slow", {}, tool_call_id="c-1")
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(call)
+                while not run.cancel_call("c-1"):
+                    await anyio.sleep(0.01)
+            await _wait_for_line(record, "cancelled slow")
+    assert outcome["result"].status is Status.CANCELLED
+    assert outcome["result"].error_code is ErrorCode.USER_CANCELLED
+
+
+async def test_a_server_that_dies_mid_call_fails_remote_error_and_restarts(workspace):
+    kernel = open_kernel(workspace)
+    run = kernel.start_run()
+    with anyio.fail_after(30):
+        async with McpBridge(kernel, [fixture_server()]) as bridge:
+            await bridge.connect_all(run)
+            crashed = await kernel.call(run, "fx.crash", {})
+            again = await kernel.call(run, "fx.echo", {"message": "back"})
+    assert crashed.status is Status.FAILED
+    assert crashed.error_code is ErrorCode.REMOTE_ERROR
+    assert crashed.retryable
+    assert again.status is Status.SUCCEEDED
+    assert again.structured_output["content"][0]["text"] == "back"
+
+
+async def test_images_and_binary_resources_go_to_the_artifact_store(workspace):
+    kernel = open_kernel(workspace)
+    run = kernel.start_run()
+    with anyio.fail_after(30):
+        async with McpBridge(kernel, [fixture_server()]) as bridge:
+            await bridge.connect_all(run)
+            result = await kernel.call(run, "fx.media", {})
+    assert result.status is Status.SUCCEEDED
+    text, image, blob, resource = result.structured_output["content"]
+    assert text == {"type": "text", "text": "here you go"}
+    assert image["type"] == "image"
+    assert image["mimeType"] == "image/png"
+    assert "data" not in image
+    assert kernel.artifacts.read(image["artifact"]).startswith(b"\x89PNG")
+    assert blob["type"] == "resource"
+    assert blob["uri"] == "file:///pixel.bin"
+    assert resource == {
+        "type": "resource",
+        "uri": "file:///a.txt",
+        "mimeType": "application/octet-stream",
+        "text": "alpha",
+    }
+    assert {ref.id for ref in result.artifacts} == {image["artifact"], blob["artifact"]}
+
+
+async def test_structured_content_is_held_to_the_output_schema(workspace):
+    kernel = open_kernel(workspace)
+    run = kernel.start_run()
+    with anyio.fail_after(30):
+        async with McpBridge(kernel, [fixture_server()]) as bridge:
+            await bridge.connect_all(run)
+            good = await kernel.call(run, "fx.structured", {"good": True})
+            bad = await kernel.call(run, "fx.structured", {"good": False})
+    assert good.status is Status.SUCCEEDED
+    assert good.structured_output == {"n": 7}
+    assert bad.status is Status.FAILED
+    assert bad.error_code is ErrorCode.OUTPUT_CONTRACT_VIOLATION
+
+
+async def test_a_poisoned_tool_is_rejected_and_the_run_goes_on(workspace):
+    kernel = open_kernel(workspace)
+    run = kernel.start_run()
+    with anyio.fail_after(30):
+        async with McpBridge(kernel, [fixture_server("fx", "--poison")]) as bridge:
+            [report] = await bridge.connect_all(run)
+            assert "add" in report.rejected
+            assert kernel.registry.find("fx.add") is None
+            assert "fx.add" not in {d.name for d in kernel.expose(run)}
+            denied = await kernel.call(run, "fx.add", {"a": 1, "b": 2})
+            ok = await kernel.call(run, "fx.echo", {"message": "fine"})
+    assert denied.status is Status.DENIED
+    assert denied.error_code is ErrorCode.UNKNOWN_TOOL
+    assert ok.status is Status.SUCCEEDED
+    [event] = events_of(kernel, EventType.REMOTE_TOOL_REJECTED, run.id)
+    assert event.payload["name"] == "fx.add"
+    assert event.payload["source"] == "mcp:fx"
+    rules = {reason["rule"] for reason in event.payload["reasons"]}
+    assert rules
+    assert all(rule.startswith("P") for rule in rules)
+
+
+async def test_tools_off_the_allowlist_are_rejected(workspace):
+    kernel = open_kernel(workspace)
+    with anyio.fail_after(30):
+        async with McpBridge(kernel, [fixture_server(tools=frozenset({"echo"}))]) as bridge:
+            [report] = await bridge.connect_all()
+            assert report.accepted == ("fx.echo",)
+    rejected = events_of(kernel, EventType.REMOTE_TOOL_REJECTED)
+    assert {e.payload["tool"] for e in rejected} >= {"slow", "crash", "fail"}
+    assert all(e.payload["reasons"][0]["rule"] == "ALLOWLIST" for e in rejected)
+
+
+async def test_a_dead_server_at_start_does_not_stop_the_others(workspace):
+    kernel = open_kernel(workspace)
+    dead = ServerConfig(name="dead", command=("/nonexistent/mcp-server",))
+    with anyio.fail_after(30):
+        async with McpBridge(kernel, [dead, fixture_server()]) as bridge:
+            down, up = await bridge.connect_all()
+            run = kernel.start_run()
+            result = await kernel.call(run, "fx.echo", {"message": "x"})
+    assert not down.connected
+    assert down.error
+    assert up.connected
+    assert result.status is Status.SUCCEEDED
+
+
+async def test_a_remote_tool_cannot_take_the_name_of_a_native_tool(workspace):
+    kernel = open_kernel(workspace)  # builtins include memory.read
+    server = ServerConfig(name="memory", command=fixture_server().command)
+    with anyio.fail_after(30):
+        async with McpBridge(kernel, [server]) as bridge:
+            await bridge.connect_all()
+            native = kernel.registry.find("memory.read")
+    assert native is not None
+    assert native.definition.execution_mode is ExecutionMode.NATIVE
+
+
+async def test_annotations_of_trusted_servers_are_believed(workspace):
+    from toolkernel.mcp import admit_tool
+
+    tool = {
+        "name": "look",
+        "description": "Looks at something.",
+        "inputSchema": {"type": "object", "properties": {}},
+        "annotations": {"readOnlyHint": True, "openWorldHint": False},
+    }
+    trusted = admit_tool(ServerConfig(name="t", command=("x",), trust=TrustLevel.TRUSTED), tool)
+    untrusted = admit_tool(ServerConfig(name="u", command=("x",)), tool)
+    assert trusted.definition is not None
+    assert untrusted.definition is not None
+    assert trusted.definition.read_only
+    assert trusted.definition.concurrency_group is ConcurrencyGroup.READ_ONLY
+    assert trusted.definition.idempotent
+    assert not untrusted.definition.read_only
+    assert untrusted.definition.safety.mutating
+    assert untrusted.definition.safety.external
