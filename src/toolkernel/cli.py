@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -47,6 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("Interrupted.", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`toolkernel replay … | head`): not an error of ours.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115, PTH123 - silences the flush at exit
+        return EXIT_OK
     except Exception as exc:  # noqa: BLE001 - the CLI's last line: never a traceback
         print(f"InternalError: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -92,6 +98,28 @@ def _parser() -> argparse.ArgumentParser:
     _common(replay)
     replay.add_argument("--run", dest="run_id", required=True)
     replay.set_defaults(handler=_ledger_replay)
+
+    serve = commands.add_parser(
+        "serve", help="serve the governed tools (built-in and bridged) as an MCP server"
+    )
+    serve.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    serve.add_argument("--host", default="127.0.0.1", help="HTTP only (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="HTTP only; 0 picks a free port")
+    _common(serve)
+    serve.set_defaults(handler=_serve)
+
+    replay_file = commands.add_parser(
+        "replay", help="run a recorded conversation's tool calls under this policy"
+    )
+    replay_file.add_argument("file", type=Path, metavar="FILE", help="JSONL of provider responses")
+    replay_file.add_argument(
+        "--provider", choices=("openai", "anthropic"), help="default: detected per line"
+    )
+    replay_file.add_argument(
+        "--dry-run", action="store_true", help="execute nothing; report each call's verdict"
+    )
+    _common(replay_file)
+    replay_file.set_defaults(handler=_replay_file)
 
     demo = commands.add_parser("demo", help="run the end-to-end example and failure drills")
     demo.add_argument("--keep", action="store_true", help="keep the sample repository")
@@ -345,6 +373,28 @@ def _ledger_replay(args: argparse.Namespace) -> int:
         for exchange in exchanges(ledger, args.run_id):
             print(json.dumps(exchange.to_dict(), ensure_ascii=False))
     return EXIT_OK
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from toolkernel.mcp.gateway import serve
+
+    # stdout carries JSON-RPC on the stdio transport: everything else goes to stderr.
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.INFO, format="toolkernel serve: %(message)s"
+    )
+    return serve(args.config, args.workspace, args.transport, args.host, args.port)
+
+
+def _replay_file(args: argparse.Namespace) -> int:
+    from toolkernel.replay_cli import run_replay
+
+    return run_replay(
+        args.file,
+        provider=args.provider,
+        dry_run=args.dry_run,
+        workspace=args.workspace,
+        config_path=args.config,
+    )
 
 
 def _demo(args: argparse.Namespace) -> int:

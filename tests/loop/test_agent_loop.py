@@ -1,0 +1,343 @@
+"""AgentLoop: provider responses built with the SDKs' own types, run through a real
+kernel on a temporary workspace, and the returned messages checked against the SDKs'
+own parameter types."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from anthropic.types import Message, MessageParam, ToolParam
+from openai.types.chat import (
+    ChatCompletion,
+    ChatCompletionToolMessageParam,
+    ChatCompletionToolParam,
+)
+from openai.types.responses import FunctionToolParam, Response
+from openai.types.responses.response_input_param import FunctionCallOutput
+from pydantic import TypeAdapter
+
+from toolkernel.codes import ErrorCode, Status
+from toolkernel.errors import UsageError
+from toolkernel.functions import tool
+from toolkernel.kernel import Kernel
+from toolkernel.ledger import EventType
+from toolkernel.loop import AgentLoop
+from toolkernel.providers import ProviderFormatError
+from toolkernel.testing import make_kernel
+
+EDITING = """
+[run]
+state = "EDITING"
+profile = "developer"
+
+[policy]
+write_scope = ["src/**"]
+
+[[exposure]]
+tools = ["*"]
+"""
+
+
+class Rendezvous:
+    """Two read-only tools that finish only if they run at the same time.
+
+    ``probe.first`` waits until ``probe.second`` has finished, so a kernel that ran
+    them one after the other would time ``probe.first`` out, and results returned in
+    completion order would put ``probe.second`` first.
+    """
+
+    def __init__(self) -> None:
+        self.second_done: anyio.Event | None = None
+        self.finished: list[str] = []
+
+    def event(self) -> anyio.Event:
+        if self.second_done is None:
+            self.second_done = anyio.Event()
+        return self.second_done
+
+    def tools(self) -> list[Any]:
+        @tool("probe.first", timeout_ms=5_000)
+        async def first() -> str:
+            """Wait for the second probe."""
+            await self.event().wait()
+            self.finished.append("first")
+            return "first"
+
+        @tool("probe.second", timeout_ms=5_000)
+        async def second() -> str:
+            """Finish at once."""
+            self.finished.append("second")
+            self.event().set()
+            return "second"
+
+        return [first, second]
+
+
+@pytest.fixture
+def rendezvous() -> Rendezvous:
+    return Rendezvous()
+
+
+@pytest.fixture
+def kernel(tmp_path: Path, rendezvous: Rendezvous) -> Iterator[Kernel]:
+    root = tmp_path / "ws"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "app.py").write_text("print('hello')\n")
+    (root / "README.md").write_text("# app\n")
+    with make_kernel(root, EDITING) as kernel:
+        for probe in rendezvous.tools():
+            kernel.register(probe)
+        yield kernel
+
+
+def chat(*calls: tuple[str, str, str]) -> ChatCompletion:
+    message: dict[str, Any] = {"role": "assistant", "content": None}
+    if calls:
+        message["tool_calls"] = [
+            {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
+            for i, n, a in calls
+        ]
+    return ChatCompletion.model_validate(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1767225600,
+            "model": "gpt-4.1",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if calls else "stop",
+                    "logprobs": None,
+                }
+            ],
+        }
+    )
+
+
+def responses(*calls: tuple[str, str, str]) -> Response:
+    return Response.model_validate(
+        {
+            "id": "resp_1",
+            "object": "response",
+            "created_at": 1767225600,
+            "model": "gpt-5",
+            "output": [
+                {"type": "function_call", "call_id": i, "name": n, "arguments": a}
+                for i, n, a in calls
+            ],
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+        }
+    )
+
+
+def anthropic(*calls: tuple[str, str, dict[str, Any]]) -> Message:
+    return Message.model_validate(
+        {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-sonnet-4-6",
+            "content": [
+                {"type": "text", "text": "Working on it."},
+                *({"type": "tool_use", "id": i, "name": n, "input": a} for i, n, a in calls),
+            ],
+            "stop_reason": "tool_use" if calls else "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 10},
+        }
+    )
+
+
+def handle(loop: AgentLoop, response: Any) -> list[dict[str, Any]]:
+    async def go() -> list[dict[str, Any]]:
+        with anyio.fail_after(20):
+            return await loop.handle(response)
+
+    return anyio.run(go)
+
+
+def projection(content: str) -> dict[str, Any]:
+    decoded: dict[str, Any] = json.loads(content)
+    return decoded
+
+
+def test_chat_tool_calls_become_tool_messages_in_the_models_order(kernel):
+    loop = AgentLoop(kernel, kernel.start_run(), "openai-chat")
+    TypeAdapter(list[ChatCompletionToolParam]).validate_python(loop.tools())
+
+    messages = handle(
+        loop,
+        chat(
+            ("call_1", "file__read", '{"path": "src/app.py"}'),
+            ("call_2", "repo__search", '{"query": "hello"}'),
+            ("call_3", "file__patch", '{"path": "README.md", "edits": []}'),
+        ),
+    )
+
+    TypeAdapter(list[ChatCompletionToolMessageParam]).validate_python(messages)
+    assert [m["tool_call_id"] for m in messages] == ["call_1", "call_2", "call_3"]
+    results = [projection(m["content"]) for m in messages]
+    assert [r["status"] for r in results] == [
+        Status.SUCCEEDED,
+        Status.SUCCEEDED,
+        Status.DENIED,
+    ]
+    assert results[0]["structuredOutput"]["content"] == "print('hello')\n"
+    assert results[2]["errorCode"] == ErrorCode.WRITE_SCOPE_DENIED
+
+
+def test_parallel_reads_overlap_and_keep_the_models_order(kernel, rendezvous):
+    loop = AgentLoop(kernel, kernel.start_run(), "openai-chat")
+    loop.tools()
+
+    messages = loop.handle_sync(
+        chat(("call_a", "probe__first", "{}"), ("call_b", "probe__second", "{}"))
+    )
+
+    assert rendezvous.finished == ["second", "first"]  # they really ran together
+    assert [m["tool_call_id"] for m in messages] == ["call_a", "call_b"]
+    assert [projection(m["content"])["structuredOutput"] for m in messages] == [
+        "first",
+        "second",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "code"),
+    [
+        ('{"path": "src/app.py"', ErrorCode.ARGUMENTS_NOT_JSON),
+        ("[1, 2]", ErrorCode.ARGUMENTS_NOT_OBJECT),
+        ('{"path": "a", "path": "b"}', ErrorCode.DUPLICATE_KEY),
+        ('{"path": "src/app.py", "n": NaN}', ErrorCode.NON_FINITE_NUMBER),
+        ('{"path": "../../etc/passwd"}', ErrorCode.PATH_TRAVERSAL),
+    ],
+)
+def test_malformed_arguments_come_back_as_invalid_arguments_messages(kernel, arguments, code):
+    loop = AgentLoop(kernel, kernel.start_run(), "openai-chat")
+    loop.tools()
+
+    messages = loop.handle_sync(chat(("call_x", "file__read", arguments)))
+
+    TypeAdapter(list[ChatCompletionToolMessageParam]).validate_python(messages)
+    result = projection(messages[0]["content"])
+    assert (result["status"], result["errorCode"]) == (Status.INVALID_ARGUMENTS, code)
+
+
+def test_responses_function_calls_become_function_call_outputs(kernel):
+    loop = AgentLoop(kernel, kernel.start_run(), "openai-responses")
+    TypeAdapter(list[FunctionToolParam]).validate_python(loop.tools())
+
+    items = handle(
+        loop,
+        responses(
+            ("call_1", "repo__search", '{"query": "print"}'),
+            ("call_2", "file__read", '{"path": "src/app.py", "startLine": 0}'),
+        ),
+    )
+
+    TypeAdapter(list[FunctionCallOutput]).validate_python(items)
+    assert [item["call_id"] for item in items] == ["call_1", "call_2"]
+    results = [projection(item["output"]) for item in items]
+    assert results[0]["status"] == Status.SUCCEEDED
+    assert results[1]["errorCode"] == ErrorCode.OUT_OF_BOUNDS
+
+
+def test_anthropic_tool_uses_become_one_user_message_of_tool_results(kernel):
+    loop = AgentLoop(kernel, kernel.start_run(), "anthropic")
+    TypeAdapter(list[ToolParam]).validate_python(loop.tools())
+
+    messages = handle(
+        loop,
+        anthropic(
+            ("toolu_1", "file__read", {"path": "src/app.py"}),
+            ("toolu_2", "file__read", {"path": ".env"}),
+            ("toolu_3", "web__fetch", {"url": "https://example.com"}),
+        ),
+    )
+
+    TypeAdapter(list[MessageParam]).validate_python(messages)
+    assert len(messages) == 1
+    assert messages[0]["role"] == "user"
+    blocks = messages[0]["content"]
+    assert [b["tool_use_id"] for b in blocks] == ["toolu_1", "toolu_2", "toolu_3"]
+    assert [b["is_error"] for b in blocks] == [False, True, True]
+    assert [projection(b["content"])["errorCode"] for b in blocks] == [
+        None,
+        ErrorCode.FORBIDDEN_PATH,
+        ErrorCode.UNKNOWN_TOOL,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("provider", "response"),
+    [("openai-chat", chat()), ("openai-responses", responses()), ("anthropic", anthropic())],
+)
+def test_a_response_without_tool_calls_gives_nothing_to_append(kernel, provider, response):
+    loop = AgentLoop(kernel, kernel.start_run(), provider)
+    loop.tools()
+
+    assert loop.handle_sync(response) == []
+
+
+def test_a_tool_that_exists_but_is_not_shown_reads_back_as_not_exposed(tmp_path):
+    with make_kernel(tmp_path / "ws") as kernel:  # default policy: read-only tools
+        loop = AgentLoop(kernel, kernel.start_run(), "openai-chat")
+        shown = {t["function"]["name"] for t in loop.tools()}
+        assert "shell__run" not in shown
+
+        messages = loop.handle_sync(chat(("call_1", "shell__run", '{"argv": ["ls"]}')))
+
+    assert projection(messages[0]["content"])["errorCode"] == ErrorCode.TOOL_NOT_EXPOSED
+
+
+def test_handle_works_before_tools_were_rendered(kernel):
+    loop = AgentLoop(kernel, kernel.start_run(), "anthropic")
+
+    messages = loop.handle_sync(anthropic(("toolu_1", "file__read", {"path": "src/app.py"})))
+
+    assert messages[0]["content"][0]["is_error"] is False
+
+
+def test_tools_records_what_the_model_was_shown(kernel):
+    run = kernel.start_run()
+    loop = AgentLoop(kernel, run, "openai-responses")
+
+    shown = {t["name"] for t in loop.tools()}
+
+    events = [e for e in kernel.ledger.events(run.id) if e.type is EventType.TOOLS_EXPOSED]
+    assert len(events) == 1
+    recorded = {t["name"].replace(".", "__") for t in events[0].payload["tools"]}
+    assert recorded == shown
+
+
+def test_execute_returns_the_results_for_callers_that_want_them(kernel):
+    loop = AgentLoop(kernel, kernel.start_run(), "openai-chat")
+
+    async def go() -> list[Any]:
+        with anyio.fail_after(20):
+            return await loop.execute(chat(("call_1", "file__read", '{"path": "src/app.py"}')))
+
+    results = anyio.run(go)
+
+    assert [r.status for r in results] == [Status.SUCCEEDED]
+    assert loop.render(results)[0]["tool_call_id"] == "call_1"
+
+
+def test_a_response_of_another_provider_is_a_format_error(kernel):
+    loop = AgentLoop(kernel, kernel.start_run(), "openai-chat")
+
+    with pytest.raises(ProviderFormatError):
+        loop.handle_sync(anthropic(("toolu_1", "file__read", {"path": "src/app.py"})))
+
+
+def test_an_unknown_provider_is_a_usage_error(kernel):
+    with pytest.raises(UsageError):
+        AgentLoop(kernel, kernel.start_run(), "gemini")  # type: ignore[arg-type]

@@ -1,0 +1,234 @@
+"""``run_replay`` on unusual and broken input: detection, --provider, and exit code 2."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolkernel.errors import ConfigError
+from toolkernel.replay_cli import EXIT_INVALID_INPUT, EXIT_OK, run_replay
+
+CHAT = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 1767225600,
+    "model": "gpt-4.1",
+    "choices": [
+        {
+            "index": 0,
+            "finish_reason": "tool_calls",
+            "logprobs": None,
+            "message": {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_chat",
+                        "type": "function",
+                        "function": {"name": "file__read", "arguments": '{"path": "notes.md"}'},
+                    }
+                ],
+            },
+        }
+    ],
+}
+RESPONSES = {
+    "id": "resp_1",
+    "object": "response",
+    "created_at": 1767225600,
+    "model": "gpt-5",
+    "output": [
+        {
+            "type": "function_call",
+            "call_id": "call_resp",
+            "name": "file__read",
+            "arguments": '{"path": "notes.md"}',
+        }
+    ],
+    "parallel_tool_calls": True,
+    "tool_choice": "auto",
+    "tools": [],
+}
+ANTHROPIC = {
+    "id": "msg_1",
+    "type": "message",
+    "role": "assistant",
+    "model": "claude-sonnet-4-6",
+    "content": [
+        {"type": "tool_use", "id": "toolu_1", "name": "file__read", "input": {"path": "notes.md"}}
+    ],
+    "stop_reason": "tool_use",
+    "stop_sequence": None,
+    "usage": {"input_tokens": 1, "output_tokens": 1},
+}
+FINAL = {**ANTHROPIC, "content": [{"type": "text", "text": "Done."}], "stop_reason": "end_turn"}
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "notes.md").write_text("notes\n")
+    return root
+
+
+def write(path: Path, *lines: Any) -> Path:
+    text = "\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines)
+    path.write_text(text + "\n", encoding="utf-8")
+    return path
+
+
+def write_config(folder: Path) -> Path:
+    config = folder / "toolkernel.toml"
+    config.write_text(
+        '[run]\nstate = "EDITING"\nprofile = "developer"\n\n[[exposure]]\ntools = ["*"]\n'
+    )
+    return config
+
+
+def replay(path: Path, workspace: Path, **options: Any) -> tuple[int, list[dict[str, Any]], str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = run_replay(path, workspace=workspace, out=out, err=err, **options)
+    return code, [json.loads(line) for line in out.getvalue().splitlines()], err.getvalue()
+
+
+def test_each_providers_responses_are_detected_in_one_file(tmp_path, workspace):
+    path = write(tmp_path / "mixed.jsonl", CHAT, "", RESPONSES, ANTHROPIC, FINAL)
+
+    code, rows, _ = replay(path, workspace)
+
+    assert code == EXIT_OK
+    assert [(r["line"], r["providerCallId"], r["status"]) for r in rows] == [
+        (1, "call_chat", "SUCCEEDED"),
+        (3, "call_resp", "SUCCEEDED"),
+        (4, "toolu_1", "SUCCEEDED"),
+    ]
+    assert rows[0]["structuredOutput"]["content"] == "notes\n"
+
+
+def test_provider_openai_accepts_both_openai_shapes(tmp_path, workspace):
+    path = write(tmp_path / "openai.jsonl", CHAT, RESPONSES)
+
+    code, rows, _ = replay(path, workspace, provider="openai", dry_run=True)
+
+    assert code == EXIT_OK
+    assert [r["verdict"] for r in rows] == ["ALLOWED", "ALLOWED"]
+
+
+@pytest.mark.parametrize(
+    ("provider", "lines", "bad_line"),
+    [("anthropic", (ANTHROPIC, CHAT), 2), ("openai", (CHAT, RESPONSES, ANTHROPIC), 3)],
+)
+def test_a_response_of_another_provider_is_refused_naming_its_line(
+    tmp_path, workspace, provider, lines, bad_line
+):
+    path = write(tmp_path / "session.jsonl", *lines)
+
+    code, rows, err = replay(path, workspace, provider=provider)
+
+    assert (code, rows) == (EXIT_INVALID_INPUT, [])
+    assert err.startswith("ReplayInputError: ")
+    assert f"line {bad_line}: " in err
+    assert f"--provider is {provider}" in err
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ('{"id": "chatcmpl-1", "choices": [', "not a JSON object"),
+        ("[1, 2, 3]", "not a JSON object"),
+        ('{"hello": "world"}', "not a provider response"),
+        ('{"object": "chat.completion", "choices": [{"message": 3}]}', "has no message"),
+        ('{"type": "message", "role": "assistant", "content": "hi"}', "no 'content' list"),
+    ],
+)
+def test_a_bad_line_stops_the_replay_before_anything_runs(tmp_path, workspace, line, problem):
+    patch = {
+        **ANTHROPIC,
+        "content": [
+            {
+                "type": "tool_use",
+                "id": "toolu_w",
+                "name": "file__patch",
+                "input": {"path": "new.md", "edits": [{"search": "", "replace": "x"}]},
+            }
+        ],
+    }
+    config = write_config(tmp_path)
+    path = write(tmp_path / "session.jsonl", patch, ANTHROPIC, line)
+
+    code, rows, err = replay(path, workspace, config_path=config)
+
+    assert (code, rows) == (EXIT_INVALID_INPUT, [])
+    assert "session.jsonl: line 3: " in err
+    assert problem in err
+    assert not (workspace / "new.md").exists()
+    # Without the bad line the same file does write it.
+    write(path, patch, ANTHROPIC)
+    assert replay(path, workspace, config_path=config)[0] == EXIT_OK
+    assert (workspace / "new.md").read_text() == "x"
+
+
+def test_text_that_is_not_utf8_is_refused_naming_its_line(tmp_path, workspace):
+    path = tmp_path / "session.jsonl"
+    path.write_bytes(json.dumps(CHAT).encode() + b'\n{"x": "\xff\xfe"}\n')
+
+    code, _, err = replay(path, workspace)
+
+    assert code == EXIT_INVALID_INPUT
+    assert "line 2: not UTF-8 text" in err
+
+
+def test_a_missing_file_is_refused(tmp_path, workspace):
+    code, _, err = replay(tmp_path / "absent.jsonl", workspace)
+
+    assert code == EXIT_INVALID_INPUT
+    assert "absent.jsonl: cannot read the file" in err
+    assert not (workspace / ".toolkernel").exists()  # no kernel, no ledger was opened
+
+
+def test_an_empty_file_replays_nothing(tmp_path, workspace):
+    path = tmp_path / "empty.jsonl"
+    path.write_text("\n\n")
+
+    assert replay(path, workspace) == (EXIT_OK, [], "")
+
+
+def test_calls_without_provider_ids_get_line_based_ids_in_a_dry_run(tmp_path, workspace):
+    nameless = json.loads(json.dumps(CHAT))
+    del nameless["choices"][0]["message"]["tool_calls"][0]["id"]
+    path = write(tmp_path / "session.jsonl", nameless)
+
+    _, rows, _ = replay(path, workspace, dry_run=True)
+
+    assert (rows[0]["providerCallId"], rows[0]["toolCallId"]) == (None, "line1-0")
+
+
+def test_a_dry_run_with_an_approver_does_not_warn_about_a_missing_one(tmp_path, workspace):
+    push = json.loads(json.dumps(ANTHROPIC))
+    push["content"][0].update(name="shell__run", input={"argv": ["git", "push"]})
+    path = write(tmp_path / "session.jsonl", push)
+    config = write_config(tmp_path)
+
+    def approve(request: Any) -> Any:
+        raise AssertionError("a dry run asks nobody")
+
+    _, alone, _ = replay(path, workspace, dry_run=True, config_path=config)
+    _, helped, _ = replay(path, workspace, dry_run=True, config_path=config, approver=approve)
+
+    assert alone[0]["verdict"] == helped[0]["verdict"] == "NEEDS_APPROVAL"
+    assert "No approver" in alone[0]["safeMessage"]
+    assert "No approver" not in helped[0]["safeMessage"]
+
+
+def test_a_bad_configuration_is_a_config_error_for_the_cli_to_report(tmp_path, workspace):
+    config = tmp_path / "toolkernel.toml"
+    config.write_text("[run\n")
+    path = write(tmp_path / "session.jsonl", CHAT)
+
+    with pytest.raises(ConfigError):
+        run_replay(path, workspace=workspace, config_path=config, out=io.StringIO())
