@@ -1,0 +1,482 @@
+"""``toolkernel serve``: the kernel's projected tools as a governed MCP server.
+
+::
+
+    MCP client ──tools/list──▶ kernel.expose(run)         TOOLS_EXPOSED
+               ──tools/call──▶ kernel.call(run, …)         the whole governed pipeline
+                               approval? → elicitation      (gateway_approval)
+               ◀─────────────  CallToolResult               (gateway_render)
+               ──notifications/cancelled──▶ run.cancel_call(id, USER_CANCELLED)
+               ◀──notifications/progress── on_progress      (when a progressToken was sent)
+
+One run per client session: per process over stdio, per ``Mcp-Session-Id`` over
+streamable HTTP. Refusals and failures are tool results with ``isError``, never
+protocol errors. Over stdio nothing but JSON-RPC goes to stdout; logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import logging
+import signal
+import socket
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import (
+    AbstractAsyncContextManager,
+    AsyncExitStack,
+    asynccontextmanager,
+    contextmanager,
+    suppress,
+)
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+import mcp_types as types
+from mcp.server import Server, ServerRequestContext
+from mcp.server.stdio import stdio_server
+
+from toolkernel.approval import Approver
+from toolkernel.calls import ToolCallResult, new_id
+from toolkernel.cancel import CancellationToken
+from toolkernel.codes import ErrorCode, Status, safe_message
+from toolkernel.errors import ToolkernelError
+from toolkernel.kernel import Kernel
+from toolkernel.mcp.gateway_approval import (
+    APPROVAL_INPUT,
+    AnsweredApprover,
+    ElicitingApprover,
+    GatewayKernel,
+    answer_binding,
+    approval_form,
+    asking,
+    how_to_approve,
+)
+from toolkernel.mcp.gateway_render import RUN_META, render_result, render_tool
+from toolkernel.run import Run
+
+__all__ = [
+    "Gateway",
+    "KernelExtension",
+    "Transport",
+    "bridged",
+    "build_server",
+    "main",
+    "serve",
+]
+
+Transport = Literal["stdio", "http"]
+KernelExtension = Callable[[Kernel], AbstractAsyncContextManager[object]]
+"""Something that lives as long as the server and adds to its kernel (the MCP bridge)."""
+
+SERVER_NAME: Final = "toolkernel"
+MAX_RUNS: Final = 256
+"""HTTP sessions remembered at once; the oldest run is forgotten (its ledger stays)."""
+PROGRESS_BUFFER: Final = 64
+"""Progress updates waiting to be sent; more are dropped (progress is best-effort)."""
+
+_BACKLOG: Final = 128
+_STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
+
+_log = logging.getLogger("toolkernel.serve")
+_Context = ServerRequestContext[Any, Any]
+
+
+class _CallTokens(dict[str, CancellationToken]):
+    """``run.calls`` that remembers a cancel asked for before the call was dispatched."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: dict[str, ErrorCode] = {}
+
+    def __setitem__(self, call_id: str, token: CancellationToken) -> None:
+        super().__setitem__(call_id, token)
+        reason = self.pending.pop(call_id, None)
+        if reason is not None:
+            token.cancel(reason)
+
+
+class Gateway:
+    """The MCP handlers over one kernel: runs per session, governed calls.
+
+    Args:
+        kernel: the kernel to serve; a ``GatewayKernel`` lets approvals reach the
+            client's user, any other kernel keeps its own approver.
+    """
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+        self._runs: OrderedDict[str, Run] = OrderedDict()
+
+    def run_for(self, ctx: _Context) -> Run:
+        """The run of the request's session, started on first use."""
+        key = _session_key(ctx)
+        run = self._runs.get(key)
+        if run is None:
+            run = self.kernel.start_run()
+            run.calls = _CallTokens()
+            self._runs[key] = run
+            if len(self._runs) > MAX_RUNS:
+                self._runs.popitem(last=False)
+            _log.info("session %s: run %s", key, run.id)
+        else:
+            self._runs.move_to_end(key)
+        return run
+
+    async def list_tools(
+        self, ctx: _Context, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        run = self.run_for(ctx)
+        definitions = self.kernel.expose(run)
+        return types.ListToolsResult(
+            tools=[render_tool(d) for d in definitions], _meta={RUN_META: run.id}
+        )
+
+    async def call_tool(
+        self, ctx: _Context, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        run = self.run_for(ctx)
+        arguments = params.arguments or {}
+        approver: Approver | None = None
+        if _can_elicit(ctx):
+            if ctx.session.can_send_request:
+                approver = ElicitingApprover(ctx.session, ctx.request_id)
+            else:
+                answer = _approval_answer(params, arguments)
+                if answer is not None:
+                    approver = AnsweredApprover(answer)
+                else:
+                    needed = self._approval_input(run, params.name, arguments)
+                    if needed is not None:
+                        return needed
+        result = await self._governed(ctx, run, params.name, arguments, approver)
+        if (
+            approver is None
+            and result.status is Status.DENIED
+            and result.error_code is ErrorCode.APPROVAL_REQUIRED
+        ):
+            how = how_to_approve(params.name)
+            message = safe_message(ErrorCode.APPROVAL_REQUIRED, tool=params.name, how=how)
+            result = result.with_(safe_message=message)
+        tool = self.kernel.registry.find(params.name, None)
+        return render_result(result, tool, run_id=run.id)
+
+    async def _governed(
+        self,
+        ctx: _Context,
+        run: Run,
+        name: str,
+        arguments: dict[str, Any],
+        approver: Approver | None,
+    ) -> ToolCallResult:
+        """``kernel.call`` shielded from the client's cancel, which cancels the call instead.
+
+        A client's ``notifications/cancelled`` interrupts this handler. The call itself
+        must finish through the kernel so that its CANCELLED result is recorded; so it
+        runs shielded, and the interrupt becomes ``run.cancel_call(id, USER_CANCELLED)``.
+        """
+        call_id = new_id("call")
+        stop = CancellationToken()  # ends a wait for the user's answer
+        done = anyio.Event()
+        relay = _ProgressRelay(ctx) if _progress_token(ctx) is not None else None
+
+        async def cancel_when_interrupted() -> None:
+            try:
+                await done.wait()
+            finally:
+                if not done.is_set():
+                    stop.cancel(ErrorCode.USER_CANCELLED)
+                    _cancel(run, call_id)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(cancel_when_interrupted)
+            if relay is not None:
+                group.start_soon(relay.forward)
+            with anyio.CancelScope(shield=True), asking(approver, stop):
+                try:
+                    result = await self.kernel.call(
+                        run,
+                        name,
+                        arguments,
+                        tool_call_id=call_id,
+                        on_progress=relay.push if relay else None,
+                        requested_by=_requester(ctx),
+                    )
+                finally:
+                    done.set()
+                    if relay is not None:
+                        relay.close()
+        return result
+
+    def _approval_input(
+        self, run: Run, name: str, arguments: dict[str, Any]
+    ) -> types.InputRequiredResult | None:
+        """For a 2026-07-28 client: the approval form to fill in, if the call needs one."""
+        explained = self.kernel.explain(run, name, arguments)
+        if explained.get("outcome") != "NEEDS_APPROVAL":
+            return None
+        tool = self.kernel.registry.find(name, None)
+        form = approval_form(
+            name,
+            tool.definition.version if tool else None,
+            arguments,
+            explained.get("approvalReasons", ()),
+        )
+        return types.InputRequiredResult(
+            input_requests={APPROVAL_INPUT: types.ElicitRequest(params=form)},
+            request_state=answer_binding(name, arguments),
+        )
+
+
+class _ProgressRelay:
+    """Carries a call's progress from the kernel (any thread) to the client."""
+
+    def __init__(self, ctx: _Context) -> None:
+        self._ctx = ctx
+        self._send, self._receive = anyio.create_memory_object_stream[
+            tuple[float, float | None, str | None]
+        ](PROGRESS_BUFFER)
+        self._thread = threading.get_ident()
+        self._loop = anyio.lowlevel.current_token()
+
+    def push(
+        self, _call_id: str, progress: float, total: float | None, message: str | None
+    ) -> None:
+        item = (progress, total, message)
+        if threading.get_ident() == self._thread:
+            self._offer(item)
+        else:  # a synchronous tool reporting from its worker thread
+            anyio.from_thread.run_sync(self._offer, item, token=self._loop)
+
+    def _offer(self, item: tuple[float, float | None, str | None]) -> None:
+        # A full or finished relay drops the update; the ledger has it all the same.
+        with suppress(anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._send.send_nowait(item)
+
+    def close(self) -> None:
+        self._send.close()
+
+    async def forward(self) -> None:
+        async with self._receive:
+            async for progress, total, message in self._receive:
+                try:
+                    await self._ctx.session.report_progress(progress, total, message)
+                except Exception as exc:  # noqa: BLE001 - progress must never fail the call
+                    _log.debug("progress not delivered: %s", exc)
+
+
+def build_server(kernel: Kernel) -> Server[Any]:
+    """An MCP server (low-level SDK ``Server``) serving ``kernel``'s projected tools."""
+    gateway = Gateway(kernel)
+    return Server(
+        SERVER_NAME,
+        version=_version(),
+        title="toolkernel gateway",
+        instructions=(
+            "Tools served by toolkernel: every call is validated, authorized, sandboxed "
+            "where it runs code, and recorded in an audit ledger. A refused or failed "
+            "call comes back as a result with isError and a message saying what to do next."
+        ),
+        on_list_tools=gateway.list_tools,
+        on_call_tool=gateway.call_tool,
+    )
+
+
+def serve(
+    config_path: Path | None,
+    workspace: Path | None,
+    transport: Transport = "stdio",
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    extensions: Sequence[KernelExtension] = (),
+) -> int:
+    """Serve the kernel for ``toolkernel.toml`` over stdio or streamable HTTP (``/mcp``).
+
+    Returns when stdin closes or on SIGINT/SIGTERM. The ``[mcp]`` servers of the
+    configuration are bridged in (``bridged``); further ``extensions`` live as long as
+    the server too.
+
+    Raises:
+        ToolkernelError: the configuration is invalid (ConfigError and the like).
+    """
+    kernel = GatewayKernel.from_config(config_path, workspace=workspace)
+    try:
+        anyio.run(_serve, kernel, transport, host, port, [bridged, *extensions])
+    finally:
+        kernel.close()
+    return 0
+
+
+async def _serve(
+    kernel: Kernel,
+    transport: Transport,
+    host: str,
+    port: int,
+    extensions: Sequence[KernelExtension],
+) -> None:
+    async with _extended(kernel, extensions):
+        server = build_server(kernel)
+        if transport == "stdio":
+            await _serve_stdio(server, kernel)
+        else:
+            await _serve_http(server, host, port)
+
+
+async def _serve_stdio(server: Server[Any], kernel: Kernel) -> None:
+    """Until stdin closes, or SIGINT/SIGTERM: either way the kernel is closed after."""
+    _log.info("serving %s over stdio", kernel.config.workspace)
+    async with anyio.create_task_group() as group:
+
+        async def stop_on_signal() -> None:
+            with anyio.open_signal_receiver(*_STOP_SIGNALS) as signals:
+                async for _ in signals:
+                    group.cancel_scope.cancel()
+
+        if threading.current_thread() is threading.main_thread():
+            group.start_soon(stop_on_signal)
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+        group.cancel_scope.cancel()
+
+
+async def _serve_http(server: Server[Any], host: str, port: int) -> None:
+    import uvicorn
+
+    class Uvicorn(uvicorn.Server):
+        @contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # uvicorn re-raises the signal after its graceful shutdown, which would end
+            # the process before the kernel (and its ledger) is closed: return instead.
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in _STOP_SIGNALS}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    app = server.streamable_http_app(host=host)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(_BACKLOG)  # connections wait in the backlog until uvicorn accepts them
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    # Tests and scripts wait for this line to learn the port (``--port 0`` picks one).
+    _log.warning("listening on http://%s:%d/mcp", shown, bound)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    with sock:
+        await Uvicorn(config).serve(sockets=[sock])
+
+
+@asynccontextmanager
+async def bridged(kernel: Kernel) -> AsyncIterator[object]:
+    """The ``KernelExtension`` that bridges the configured ``[mcp]`` servers in."""
+    servers = kernel.config.mcp_servers
+    if not servers:
+        yield None
+        return
+    from toolkernel.mcp.bridge import McpBridge
+
+    async with McpBridge(kernel, servers) as bridge:
+        for report in await bridge.connect_all():
+            _log.info(
+                "bridged %s: %s; %d tools accepted, %d rejected, %d held",
+                report.server,
+                "connected" if report.connected else f"unavailable ({report.error})",
+                len(report.accepted),
+                len(report.rejected),
+                len(report.held),
+            )
+        yield bridge
+
+
+@asynccontextmanager
+async def _extended(kernel: Kernel, extensions: Sequence[KernelExtension]) -> AsyncIterator[None]:
+    async with AsyncExitStack() as stack:
+        for extend in extensions:
+            await stack.enter_async_context(extend(kernel))
+        yield
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("toolkernel")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def _session_key(ctx: _Context) -> str:
+    headers = getattr(ctx.request, "headers", None)
+    session_id = headers.get("mcp-session-id") if headers is not None else None
+    return str(session_id) if session_id else "-"
+
+
+def _can_elicit(ctx: _Context) -> bool:
+    capabilities = ctx.session.client_capabilities
+    elicitation = capabilities.elicitation if capabilities is not None else None
+    # An empty ``elicitation: {}`` (2025-06-18) means form mode.
+    return elicitation is not None and (elicitation.form is not None or elicitation.url is None)
+
+
+def _approval_answer(
+    params: types.CallToolRequestParams, arguments: dict[str, Any]
+) -> types.ElicitResult | None:
+    answer = (params.input_responses or {}).get(APPROVAL_INPUT)
+    if not isinstance(answer, types.ElicitResult):
+        return None
+    if params.request_state != answer_binding(params.name, arguments):
+        return None  # an answer about other arguments approves nothing: ask again
+    return answer
+
+
+def _progress_token(ctx: _Context) -> types.ProgressToken | None:
+    return ctx.meta.get("progress_token") if ctx.meta else None
+
+
+def _requester(ctx: _Context) -> str:
+    params = ctx.session.client_params
+    name = params.client_info.name if params is not None else "client"
+    return f"mcp:{name}"[:64]
+
+
+def _cancel(run: Run, call_id: str) -> None:
+    if not run.cancel_call(call_id, ErrorCode.USER_CANCELLED) and isinstance(
+        run.calls, _CallTokens
+    ):
+        run.calls.pending[call_id] = ErrorCode.USER_CANCELLED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m toolkernel.mcp.gateway``: the ``toolkernel serve`` options."""
+    parser = argparse.ArgumentParser(prog="toolkernel serve", description=__doc__.splitlines()[0])
+    parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--config", type=Path)
+    parser.add_argument("--workspace", type=Path)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.INFO, format="toolkernel serve: %(message)s"
+    )
+    try:
+        return serve(args.config, args.workspace, args.transport, args.host, args.port)
+    except ToolkernelError as exc:
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

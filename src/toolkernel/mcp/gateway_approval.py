@@ -1,0 +1,182 @@
+"""Approval through the MCP client: the kernel asks the user of the current request.
+
+The kernel has one ``approver``. A gateway serves many requests at once, each from a
+client that may or may not be able to ask its user, so ``GatewayKernel.approver`` is
+resolved per request from a context variable the gateway sets around each
+``tools/call`` (``asking``):
+
+* a handshake-era client that declared ``elicitation`` is asked with an
+  ``elicitation/create`` form request showing the tool and its full arguments
+  (``ElicitingApprover``): accept approves, decline or cancel rejects
+  (APPROVAL_REJECTED);
+* a 2026-07-28 client cannot receive server requests; the gateway returns an
+  ``InputRequiredResult`` carrying the same form, and the client's retry brings the
+  answer (``AnsweredApprover``), bound to the tool and arguments it was asked about;
+* any other client has no approver: the kernel refuses with DENIED/APPROVAL_REQUIRED
+  and the gateway says how to approve (``how_to_approve``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import anyio
+import mcp_types as types
+from mcp.server.session import ServerSession
+from mcp.shared.exceptions import MCPError, NoBackChannelError
+from pydantic import ValidationError
+
+from toolkernel.approval import ApprovalDecision, ApprovalRequest, Approver
+from toolkernel.cancel import CancellationToken
+from toolkernel.canonical import sha256_of
+from toolkernel.kernel import Kernel
+
+__all__ = [
+    "APPROVAL_INPUT",
+    "AnsweredApprover",
+    "ElicitingApprover",
+    "GatewayKernel",
+    "answer_binding",
+    "approval_form",
+    "asking",
+    "how_to_approve",
+]
+
+APPROVAL_INPUT: Final = "toolkernel.approval"
+"""The key of the approval form in an ``InputRequiredResult`` and its retry."""
+
+APPROVAL_WAIT_S: Final = 600.0
+"""How long a user may take to answer; no answer by then is a rejection."""
+
+APPROVER_NAME: Final = "mcp-elicitation"
+
+_log = logging.getLogger(__name__)
+
+_FORM_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "approve": {
+            "type": "boolean",
+            "title": "Approve",
+            "description": "Run this tool call now.",
+            "default": True,
+        }
+    },
+    "required": ["approve"],
+}
+
+
+@dataclass(slots=True)
+class _Asking:
+    approver: Approver | None
+    token: CancellationToken = field(default_factory=CancellationToken)
+
+
+_current: ContextVar[_Asking | None] = ContextVar("toolkernel_gateway_approver", default=None)
+
+
+class GatewayKernel(Kernel):
+    """A kernel whose ``approver`` is the current MCP request's (see ``asking``).
+
+    Outside a request it is the approver given at construction (none by default).
+    """
+
+    @property
+    def approver(self) -> Approver | None:
+        asking = _current.get()
+        return self._standing_approver if asking is None else asking.approver
+
+    @approver.setter
+    def approver(self, value: Approver | None) -> None:
+        self._standing_approver = value
+
+
+@contextmanager
+def asking(approver: Approver | None, token: CancellationToken) -> Iterator[None]:
+    """Use ``approver`` for the calls made in this context; ``token`` stops a wait."""
+    reset = _current.set(_Asking(approver, token))
+    try:
+        yield
+    finally:
+        _current.reset(reset)
+
+
+def approval_form(
+    tool: str, version: str | None, arguments: Mapping[str, Any], reasons: Sequence[str]
+) -> types.ElicitRequestFormParams:
+    """The form shown to the user: the tool, why it is held, and its full arguments."""
+    shown = json.dumps(dict(arguments), indent=2, ensure_ascii=False, sort_keys=True)
+    why = "; ".join(reasons) or "the policy asks for approval"
+    label = f"{tool} {version}" if version else tool
+    message = (
+        f"toolkernel: the agent wants to run {label}, which needs your approval ({why}).\n"
+        f"Arguments:\n{shown}\n"
+        "Accept to run it once; decline to refuse."
+    )
+    return types.ElicitRequestFormParams(message=message, requested_schema=_FORM_SCHEMA)
+
+
+def answer_binding(tool: str, arguments: Mapping[str, Any]) -> str:
+    """What an answer is bound to: this tool with exactly these arguments."""
+    return sha256_of({"tool": tool, "arguments": dict(arguments)})
+
+
+def how_to_approve(tool: str) -> str:
+    """The gateway's advice when the client cannot ask its user."""
+    return (
+        "This MCP client cannot ask its user (it did not declare the elicitation "
+        "capability). To allow the call, add a policy rule to toolkernel.toml "
+        f'([[policy.rules]] tools = ["{tool}"], action = "allow") and restart '
+        f"toolkernel serve, or run it once with `toolkernel call {tool} --args '…' --approve`."
+    )
+
+
+class ElicitingApprover:
+    """Asks the client's user with an ``elicitation/create`` form request."""
+
+    def __init__(self, session: ServerSession, related_request_id: types.RequestId | None) -> None:
+        self._session = session
+        self._related = related_request_id
+
+    async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
+        form = approval_form(
+            request.tool_name, request.tool_version, request.arguments, request.reasons
+        )
+        asking_now = _current.get()
+        token = asking_now.token if asking_now else CancellationToken()
+        answer: types.ElicitResult | None = None
+        with anyio.move_on_after(APPROVAL_WAIT_S) as scope, token.watch(scope):
+            try:
+                answer = await self._session.elicit_form(
+                    form.message, form.requested_schema, related_request_id=self._related
+                )
+            except (MCPError, NoBackChannelError, ValidationError) as exc:
+                _log.warning("elicitation for %s failed: %s", request.tool_name, exc)
+                return ApprovalDecision(False, APPROVER_NAME, f"elicitation failed: {exc}"[:300])
+        if answer is None:
+            note = "the call was cancelled" if token.cancelled else "no answer in time"
+            return ApprovalDecision(False, APPROVER_NAME, note)
+        return decide(answer)
+
+
+class AnsweredApprover:
+    """Uses the answer a 2026-07-28 client brought back with its retried call."""
+
+    def __init__(self, answer: types.ElicitResult) -> None:
+        self._answer = answer
+
+    def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
+        return decide(self._answer)
+
+
+def decide(answer: types.ElicitResult) -> ApprovalDecision:
+    """Accept approves (unless the form says ``approve: false``); anything else rejects."""
+    content = answer.content or {}
+    approved = answer.action == "accept" and content.get("approve", True) is not False
+    return ApprovalDecision(approved, APPROVER_NAME, f"user answered {answer.action}")

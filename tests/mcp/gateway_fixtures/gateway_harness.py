@@ -1,0 +1,172 @@
+"""Helpers for the gateway tests: a workspace, the server command, the ledger."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from toolkernel.ledger import Event, EventType, SqliteLedger
+
+FIXTURES = Path(__file__).resolve().parent
+PYTHON = sys.executable
+WAIT_S = 30
+
+CONFIG = """\
+[run]
+profile = "developer"
+
+[tools]
+modules = ["gateway_tools"]
+
+[[exposure]]
+tools = ["*"]
+
+[[policy.rules]]
+tools = ["fixture.echo"]
+action = "deny"
+reason = "Echo is switched off in this workspace."
+"""
+
+
+def make_workspace(root: Path, config: str = CONFIG) -> Path:
+    """A small repository with a toolkernel.toml that serves the fixture tools."""
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "app.py").write_text("def greet():\n    return 'hello gateway'\n")
+    (root / "README.md").write_text("# demo\n")
+    (root / "toolkernel.toml").write_text(textwrap.dedent(config))
+    return root
+
+
+def server_env() -> dict[str, str]:
+    """The environment of a gateway subprocess: the fixture tools importable."""
+    paths = [str(FIXTURES), os.environ.get("PYTHONPATH", "")]
+    return {"PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
+def stdio_params(workspace: Path) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=PYTHON,
+        args=[
+            "-m",
+            "toolkernel.mcp.gateway",
+            "--transport",
+            "stdio",
+            "--workspace",
+            str(workspace),
+        ],
+        env=server_env(),
+        cwd=str(workspace),
+    )
+
+
+@asynccontextmanager
+async def stdio_client(workspace: Path, **options: Any) -> AsyncIterator[Client]:
+    """An SDK client connected to ``python -m toolkernel.mcp.gateway`` over stdio.
+
+    The whole session is bounded by ``WAIT_S``.
+    """
+    with anyio.fail_after(WAIT_S):
+        async with Client(stdio_params(workspace), **options) as client:
+            yield client
+
+
+def ledger_events(workspace: Path, run_id: str) -> list[Event]:
+    with SqliteLedger(workspace / ".toolkernel" / "ledger.db") as ledger:
+        return list(ledger.events(run_id))
+
+
+async def wait_for_result(workspace: Path, run_id: str, tool: str) -> dict[str, Any]:
+    """The recorded result of the last call of ``tool`` once it is in the ledger."""
+    with anyio.fail_after(WAIT_S):
+        while True:
+            results = [
+                e.payload["result"]
+                for e in ledger_events(workspace, run_id)
+                if e.type is EventType.TOOL_CALL_RESULT and e.payload.get("toolName") == tool
+            ]
+            if results:
+                return dict(results[-1])
+            await anyio.sleep(0.02)  # bounded polling of another process's ledger
+
+
+class HttpGateway:
+    """``python -m toolkernel.mcp.gateway --transport http --port 0`` as a subprocess.
+
+    Its stderr is read by a thread; ``url`` is known once the server said where it
+    listens. ``stop`` sends SIGTERM (uvicorn shuts down gracefully), then SIGKILL.
+    """
+
+    def __init__(self, workspace: Path) -> None:
+        command = [
+            PYTHON,
+            "-m",
+            "toolkernel.mcp.gateway",
+            "--transport",
+            "http",
+            "--port",
+            "0",
+            "--workspace",
+            str(workspace),
+        ]
+        self.process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **server_env()},
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.stderr: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        try:
+            self.url = self._wait_for_url()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.put(line)
+        self.lines.put("")  # end of output
+
+    def _wait_for_url(self) -> str:
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            self.stderr.append(line)
+            if not line:
+                raise RuntimeError("the gateway exited:\n" + "".join(self.stderr))
+            found = re.search(r"listening on (http://\S+/mcp)", line)
+            if found:
+                return found.group(1)
+
+    def stop(self) -> int:
+        self.process.terminate()
+        try:
+            code = self.process.wait(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait(timeout=WAIT_S)
+        self._reader.join(timeout=WAIT_S)
+        assert self.process.stderr is not None
+        self.process.stderr.close()
+        while not self.lines.empty():
+            self.stderr.append(self.lines.get_nowait())
+        return code
