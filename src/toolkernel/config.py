@@ -49,6 +49,7 @@ class LedgerConfig:
     dsn: str | None = None
     synchronous: Literal["normal", "full"] = "normal"
     commit: Literal["each", "group"] = "each"
+    schema: str = "toolkernel"
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +152,8 @@ def from_mapping(
     tools = data.get("tools", {})
     forbidden = tuple(data.get("forbidden_paths", DEFAULT_FORBIDDEN))
     forbidden += tuple(data.get("extra_forbidden_paths", ()))
+    if ledger.get("backend") == "postgres" and not ledger.get("dsn"):
+        raise ConfigError(f"{label}: key 'ledger.dsn': the postgres backend needs a DSN")
     profile = run.get("profile", "read-only")
     policy = _policy(data.get("policy", {}), data.get("budget", {}), data.get("rate_limits", {}))
     if profile not in policy.profiles:
@@ -171,6 +174,7 @@ def from_mapping(
             dsn=ledger.get("dsn"),
             synchronous=ledger.get("synchronous", "normal"),
             commit=ledger.get("commit", "each"),
+            schema=ledger.get("schema", "toolkernel"),
         ),
         exposure=exposure,
         policy=policy,

@@ -304,6 +304,11 @@ class Sandbox:
         for state in (kernel.config.state_dir, kernel.config.ledger_path.parent):
             if state.resolve().is_relative_to(self.workspace) and state not in hidden:
                 hidden.append(state.resolve())
+        if not self.writable:
+            # SANDBOX_READ_ONLY runs argv the runtime builds (ripgrep with the forbidden
+            # globs excluded), never the model's own commands: hiding the state is
+            # enough, and a second walk of the whole tree would double a search's cost.
+            return tuple(hidden)
         listing = subprocess.run(
             [
                 find_rg(self.settings.rg),
