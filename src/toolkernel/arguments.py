@@ -59,7 +59,7 @@ def parse_arguments(
     """
     if raw is None:
         raw = {}
-    if isinstance(raw, Mapping):
+    if type(raw) is dict or isinstance(raw, Mapping):  # a dict skips the ABC check
         return _from_mapping(raw, max_bytes=max_bytes, max_depth=max_depth)
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
     raw_hash = sha256_hex(data)
@@ -176,7 +176,8 @@ def _depth(value: Any, level: int = 0) -> int:
 def _where(exc: json.JSONDecodeError) -> str:
     if exc.pos >= len(exc.doc):
         return "it ends before the object is complete"
-    return f"{exc.msg.lower()} at character {exc.pos}"
+    message = exc.msg.lower().removesuffix(" at")  # "…starting at" names the place itself
+    return f"{message} at character {exc.pos}"
 
 
 def _kind(value: Any) -> str:

@@ -33,18 +33,22 @@ PROJECTION_KEYS: Final = (
 )
 
 
-_second_cache: list[Any] = [-1, ""]
+_second_cache: tuple[int, str] = (-1, "")
 
 
 def timestamp() -> str:
     """Now, as ISO-8601 UTC with microseconds (the ledger's clock format)."""
+    global _second_cache
     now_us = time.time_ns() // 1_000
     second, micro = divmod(now_us, 1_000_000)
-    if second != _second_cache[0]:
+    # One read of the cache, so a thread that refreshes it meanwhile cannot pair this
+    # second's microseconds with another second's date.
+    cached = _second_cache
+    if cached[0] != second:
         # Formatting the date is the expensive part; it changes once a second.
-        prefix = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
-        _second_cache[:] = [second, prefix]
-    return f"{_second_cache[1]}.{micro:06d}Z"
+        cached = (second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
+        _second_cache = cached
+    return f"{cached[1]}.{micro:06d}Z"
 
 
 def new_id(prefix: str) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 
 import anyio
 
@@ -29,17 +29,23 @@ class CancelledByRuntime(Exception):
         self.reason = reason
 
 
+# One lock for every token: each holds it only for a few dict operations, and a token
+# is created per call, where allocating a lock of its own was a measurable cost.
+_LOCK = threading.Lock()
+
+
 class CancellationToken:
     """A one-way switch: once cancelled, it stays cancelled with its first reason."""
 
+    __slots__ = ("_children", "_event", "_reason", "_scopes")
+
     def __init__(self, parent: CancellationToken | None = None) -> None:
-        # The threading.Event is made only when a worker thread waits: a token is
-        # created per call, and most calls never block on one.
+        # The threading.Event is made only when a worker thread waits, and the scope
+        # and child maps when first used: most call tokens never need them.
         self._event: threading.Event | None = None
         self._reason: ErrorCode | None = None
-        self._lock = threading.Lock()
-        self._scopes: dict[anyio.CancelScope, asyncio.AbstractEventLoop | None] = {}
-        self._children: list[CancellationToken] = []
+        self._scopes: dict[anyio.CancelScope, asyncio.AbstractEventLoop | None] | None = None
+        self._children: dict[CancellationToken, None] | None = None
         if parent is not None:
             parent._adopt(self)
 
@@ -59,14 +65,14 @@ class CancellationToken:
         """Cancel everything watching this token. Safe to call from any thread."""
         if CATALOG[reason].status is not Status.CANCELLED:
             raise ValueError(f"{reason} is not a cancellation reason")
-        with self._lock:
+        with _LOCK:
             if self._reason is not None:
                 return
             self._reason = reason
             if self._event is not None:
                 self._event.set()
-            scopes = list(self._scopes.items())
-            children = list(self._children)
+            scopes = list(self._scopes.items()) if self._scopes else []
+            children = list(self._children) if self._children else []
         for scope, loop in scopes:
             _cancel_scope(scope, loop)
         for child in children:
@@ -79,7 +85,7 @@ class CancellationToken:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block a worker thread until cancelled (or the timeout passes)."""
-        with self._lock:
+        with _LOCK:
             if self._reason is not None:
                 return True
             if self._event is None:
@@ -93,15 +99,18 @@ class CancellationToken:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        with self._lock:
+        with _LOCK:
+            if self._scopes is None:
+                self._scopes = {}
             self._scopes[scope] = loop
             already = self._reason is not None
         if already:
             scope.cancel()
 
     def detach(self, scope: anyio.CancelScope) -> None:
-        with self._lock:
-            self._scopes.pop(scope, None)
+        with _LOCK:
+            if self._scopes is not None:
+                self._scopes.pop(scope, None)
 
     @contextmanager
     def watch(self, scope: anyio.CancelScope) -> Iterator[None]:
@@ -113,16 +122,19 @@ class CancellationToken:
             self.detach(scope)
 
     def _adopt(self, child: CancellationToken) -> None:
-        with self._lock:
-            self._children.append(child)
+        with _LOCK:
+            if self._children is None:
+                self._children = {}
+            self._children[child] = None
             reason = self._reason
         if reason is not None:
             child.cancel(reason)
 
     def release(self, child: CancellationToken) -> None:
         """Forget a finished child so long runs do not accumulate them."""
-        with self._lock, suppress(ValueError):
-            self._children.remove(child)
+        with _LOCK:
+            if self._children is not None:
+                self._children.pop(child, None)
 
 
 def _cancel_scope(scope: anyio.CancelScope, loop: asyncio.AbstractEventLoop | None) -> None:

@@ -103,14 +103,20 @@ def artifactize(outcome: Outcome, fin: Finishing) -> Outcome:
 
 def redact(outcome: Outcome, fin: Finishing) -> Outcome:
     """Mask secrets and host paths in everything the model will see."""
-    for where in ("message", "output"):
-        counts: Counter[str] = Counter()
-        setattr(outcome, where, fin.redactor.redact(getattr(outcome, where), counts))
-        label = "safeMessage" if where == "message" else "structuredOutput"
-        fin.redactions.extend(
-            RedactionNotice(kind, count, label) for kind, count in sorted(counts.items())
-        )
+    redactor = fin.redactor
+    counts: Counter[str] = Counter()
+    outcome.message = redactor.redact(outcome.message, counts)
+    if counts:
+        fin.redactions.extend(_notices(counts, "safeMessage"))
+        counts = Counter()
+    outcome.output = redactor.redact(outcome.output, counts)
+    if counts:
+        fin.redactions.extend(_notices(counts, "structuredOutput"))
     return outcome
+
+
+def _notices(counts: Counter[str], where: str) -> list[RedactionNotice]:
+    return [RedactionNotice(kind, count, where) for kind, count in sorted(counts.items())]
 
 
 DEFAULT_CHAIN: Final[Sequence[Processor]] = (normalize, artifactize, redact)

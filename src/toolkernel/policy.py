@@ -210,7 +210,7 @@ def _authorize(
     paths: Sequence[str],
 ) -> Decision:
     name = d.name
-    rules = [rule for rule in policy.rules if rule.applies(name, ctx)]
+    rules = [rule for rule in policy.rules if rule.applies(name, ctx)] if policy.rules else []
     for rule in rules:
         if rule.action is Action.DENY:
             if rule.states is not None:
@@ -232,7 +232,7 @@ def _authorize(
         return denied
 
     approval_reasons = _approval_reasons(policy, d, rules, needs_network)
-    audit = any(rule.action is Action.AUDIT for rule in rules)
+    audit = bool(rules) and any(rule.action is Action.AUDIT for rule in rules)
 
     budget = policy.budget
     cost = budget.cost_of(name)
@@ -276,7 +276,8 @@ def _path_problem(
     if writes and scope_patterns:
         scope = _globs(scope_patterns)
         for path in paths:
-            if not scope.matches(path):
+            # A directory is in scope when what is inside it is (cwd "src" for "src/**").
+            if not (scope.matches(path) or scope.matches(f"{path}/_")):
                 return _deny(ErrorCode.WRITE_SCOPE_DENIED, tool=d.name, path=_short(path))
     return None
 
@@ -284,7 +285,7 @@ def _path_problem(
 def _approval_reasons(
     policy: Policy, d: ToolDefinition, rules: Sequence[PolicyRule], needs_network: bool
 ) -> list[str]:
-    if any(rule.action is Action.ASK for rule in rules):
+    if rules and any(rule.action is Action.ASK for rule in rules):
         return [
             rule.reason or "a policy rule asks for approval"
             for rule in rules
@@ -293,7 +294,7 @@ def _approval_reasons(
     reasons = []
     if needs_network and policy.network is Action.ASK:
         reasons.append("it uses the network")
-    if any(rule.action is Action.ALLOW for rule in rules):
+    if rules and any(rule.action is Action.ALLOW for rule in rules):
         return reasons  # an explicit allow waives the safety-profile defaults below
     defaults = policy.approval
     if d.safety.destructive and defaults.destructive is Action.ASK:

@@ -121,6 +121,32 @@ _BINDER_GAP: Final = b" \t\"'`"
 _WINDOW: Final = 1024
 _CONTEXT: Final = 64
 
+# The fast path: a short text that holds no anchor of any rule (no trigger keyword in
+# any case, no run of token characters, no trace, key-block or path anchor) cannot
+# match anything, so it is returned without the full scan. Most safe messages and
+# small structured values are such texts. Every anchor below comes from the constants
+# the scanners use, so a new trigger also closes the fast path.
+_PLAIN_MAX: Final = 1024
+_PLAIN_KEYWORDS: Final = tuple(trigger.decode() for trigger, _ in _TRIGGERS)
+_PLAIN_ANCHORS: Final = (*_TRACE_ANCHORS, *_PRIVATE_KEY_ANCHORS, "/", ":\\")
+_PLAIN_RUN: Final = re.compile(f"[{re.escape(_RUN_CHARS)}]{{{_RUN_LENGTH}}}")
+
+
+def _is_plain(text: str) -> bool:
+    """True when no redaction rule can fire anywhere in ``text`` (short texts only)."""
+    if len(text) > _PLAIN_MAX:
+        return False
+    # str.lower maps ASCII as bytes.lower does, so every keyword the byte scan finds
+    # is found here too (non-ASCII characters can only add false alarms).
+    low = text.lower()
+    for keyword in _PLAIN_KEYWORDS:
+        if keyword in low:
+            return False
+    for anchor in _PLAIN_ANCHORS:
+        if anchor in text:
+            return False
+    return len(text) < _RUN_LENGTH or _PLAIN_RUN.search(text) is None
+
 
 class _RuleSet:
     """The secret rules compiled as one alternation, tried at candidate positions."""
@@ -238,6 +264,8 @@ class Redactor:
             counts.update(stream.counts)
             return redacted
         text = self._mask_known(text, counts)
+        if _is_plain(text) and self.workspace not in text:
+            return text
         text = _mask_traces(text, counts)
         text = _mask_private_keys(text, counts)
         text = _mask_secrets(text, counts)

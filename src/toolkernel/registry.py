@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from toolkernel.definition import ExecutionMode, ToolDefinition
@@ -28,14 +28,16 @@ class RegisteredTool:
     handler: Callable[..., Any] | None
     context_parameter: str | None
     takes_paths: bool
+    is_async: bool = field(init=False, compare=False)
+    """Whether the handler is a coroutine function (found once, not per call)."""
+
+    def __post_init__(self) -> None:
+        is_async = self.handler is not None and inspect.iscoroutinefunction(self.handler)
+        object.__setattr__(self, "is_async", is_async)
 
     @property
     def name(self) -> str:
         return self.definition.name
-
-    @property
-    def is_async(self) -> bool:
-        return self.handler is not None and inspect.iscoroutinefunction(self.handler)
 
 
 def version_key(version: str) -> tuple[tuple[int, int | str], ...]:

@@ -15,13 +15,19 @@ reported by every later ``append``, ``sync`` and read, so nothing is lost silent
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections.abc import Sequence
+from typing import Final
 
 from toolkernel.errors import LedgerError
 from toolkernel.ledger.base import Event, Ledger, NewEvent, RunSummary, VerifyReport
 
 __all__ = ["GroupCommitLedger"]
+
+
+_Batch = tuple[str, Sequence[NewEvent]]
+_CLOSE: Final = ("", ())  # queued by close: the writer stores what came before, then stops
 
 
 class GroupCommitLedger(Ledger):
@@ -33,8 +39,11 @@ class GroupCommitLedger(Ledger):
 
     def __init__(self, inner: Ledger) -> None:
         self._inner = inner
+        # An append is a lock, a check and a put; the writer blocks in ``get`` and is
+        # woken by the put. Only ``sync`` and the writer's progress use the Condition.
+        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue[_Batch] = queue.SimpleQueue()
         self._changed = threading.Condition()
-        self._queue: list[tuple[str, Sequence[NewEvent]]] = []
         self._submitted = 0
         self._stored = 0
         self._error: LedgerError | None = None
@@ -48,16 +57,16 @@ class GroupCommitLedger(Ledger):
         Raises:
             LedgerError: an earlier batch could not be stored, or the ledger is closed.
         """
-        with self._changed:
+        batch = (run_id, list(events))
+        with self._lock:
             self._check()
-            self._queue.append((run_id, list(events)))
             self._submitted += 1
-            self._changed.notify_all()
+            self._queue.put(batch)
         return []
 
     def sync(self) -> None:
+        target = self._submitted  # every append that returned before this call
         with self._changed:
-            target = self._submitted
             while self._stored < target and self._error is None:
                 self._changed.wait()
             if self._error is not None:
@@ -85,10 +94,11 @@ class GroupCommitLedger(Ledger):
         Raises:
             LedgerError: queued events could not be stored.
         """
-        with self._changed:
+        with self._lock:
             already = self._closing
             self._closing = True
-            self._changed.notify_all()
+            if not already:
+                self._queue.put(_CLOSE)
         if not already:
             self._writer.join()
             self._inner.close()
@@ -103,13 +113,20 @@ class GroupCommitLedger(Ledger):
             raise LedgerError("the ledger is closed")
 
     def _write(self) -> None:
-        while True:
-            with self._changed:
-                while not self._queue and not self._closing:
-                    self._changed.wait()
-                if not self._queue:
-                    return
-                batch, self._queue = self._queue, []
+        closing = False
+        while not closing:
+            batch = [self._queue.get()]
+            # Everything queued meanwhile goes into the same transaction.
+            while True:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            if batch[-1] is _CLOSE:
+                batch.pop()  # close is queued last: nothing can follow it
+                closing = True
+            if not batch:
+                continue
             try:
                 self._inner.append_batch(batch)
             except Exception as exc:  # noqa: BLE001 - reported to every later caller

@@ -20,10 +20,10 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from toolkernel.calls import timestamp
 from toolkernel.canonical import canonical_json
 from toolkernel.ledger.base import (
     GENESIS_HASH,
@@ -147,6 +147,8 @@ class SqliteLedger(Ledger):
         self._heads: dict[str, _Head] = {}
         with self._translate("open"):
             self._conn: sqlite3.Connection | None = _open(self._path, synchronous)
+            # One cursor for every append (under the lock), not a new one per statement.
+            self._cursor = self._conn.cursor()
 
     @property
     def path(self) -> Path:
@@ -169,27 +171,8 @@ class SqliteLedger(Ledger):
         if not events:
             return []
         # Encode before taking any lock, so a bad payload fails without touching the file.
-        prepared = [
-            (EventType(e.type), e.tool_call_id, canonical_json(e.payload), e.index_key)
-            for e in events
-        ]
-        at = _utc_now()
-        with self._lock:
-            conn = self._live()
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                rows = self._insert(conn, run_id, at, prepared)
-                conn.execute("COMMIT")
-            except BaseException as exc:
-                # Whatever interrupted us, leave no half-written transaction behind;
-                # the cache was not touched yet, so it stays right.
-                _rollback(conn)
-                if isinstance(exc, sqlite3.Error | OSError):
-                    raise LedgerError(
-                        f"could not append to run {run_id!r} in {self._path}: {exc}"
-                    ) from exc
-                raise
-            self._heads[run_id] = (rows[-1][1], rows[-1][7])
+        prepared = _prepare(events)
+        at, rows = self._store(run_id, prepared)
         # The caller's payloads, not a decode of what was stored: decoding every payload
         # again on the hot path cost more than the insert itself.
         return [
@@ -205,25 +188,30 @@ class SqliteLedger(Ledger):
             TypeError: a payload is not JSON-able; nothing was stored.
             ValueError: a payload holds NaN or Infinity; nothing was stored.
         """
+        if len(batches) == 1:
+            # One run (the kernel's flush of a call's events): ``append`` without
+            # building the stored events, which nobody reads here.
+            run_id, events = batches[0]
+            if events:
+                self._store(run_id, _prepare(events))
+            return
         merged: dict[str, list[_Prepared]] = {}
         for run_id, events in batches:
-            merged.setdefault(run_id, []).extend(
-                (EventType(e.type), e.tool_call_id, canonical_json(e.payload), e.index_key)
-                for e in events
-            )
+            merged.setdefault(run_id, []).extend(_prepare(events))
         if not any(merged.values()):
             return
-        at = _utc_now()
+        at = timestamp()
         with self._lock:
             conn = self._live()
+            cursor = self._cursor
             heads: dict[str, _Head] = {}
             try:
-                conn.execute("BEGIN IMMEDIATE")
+                cursor.execute("BEGIN IMMEDIATE")
                 for run_id, prepared in merged.items():
                     if prepared:
-                        rows = self._insert(conn, run_id, at, prepared)
+                        rows = self._insert(cursor, run_id, at, prepared)
                         heads[run_id] = (rows[-1][1], rows[-1][7])
-                conn.execute("COMMIT")
+                cursor.execute("COMMIT")
             except BaseException as exc:
                 _rollback(conn)
                 for run_id in merged:
@@ -233,25 +221,47 @@ class SqliteLedger(Ledger):
                 raise
             self._heads.update(heads)
 
+    def _store(self, run_id: str, prepared: list[_Prepared]) -> tuple[str, list[tuple[Any, ...]]]:
+        """Chain ``prepared`` onto the run's head and commit it; the time and rows stored."""
+        at = timestamp()
+        with self._lock:
+            conn = self._live()
+            cursor = self._cursor
+            try:
+                cursor.execute("BEGIN IMMEDIATE")
+                rows = self._insert(cursor, run_id, at, prepared)
+                cursor.execute("COMMIT")
+            except BaseException as exc:
+                # Whatever interrupted us, leave no half-written transaction behind;
+                # the cache was not touched yet, so it stays right.
+                _rollback(conn)
+                if isinstance(exc, sqlite3.Error | OSError):
+                    raise LedgerError(
+                        f"could not append to run {run_id!r} in {self._path}: {exc}"
+                    ) from exc
+                raise
+            self._heads[run_id] = (rows[-1][1], rows[-1][7])
+        return at, rows
+
     def _insert(
-        self, conn: sqlite3.Connection, run_id: str, at: str, prepared: list[_Prepared]
+        self, cursor: sqlite3.Cursor, run_id: str, at: str, prepared: list[_Prepared]
     ) -> list[tuple[Any, ...]]:
         head = self._heads.get(run_id)
         if head is None:
-            head = _load_head(conn, run_id)
+            head = _load_head(cursor, run_id)
         rows = _chain(run_id, at, prepared, head)
-        if not _advance_head(conn, run_id, head, rows[-1]):
+        if not _advance_head(cursor, run_id, head, rows[-1]):
             # Another connection appended since we cached the head. We hold the write
             # lock now, so the reloaded head cannot move again.
-            head = _load_head(conn, run_id)
+            head = _load_head(cursor, run_id)
             rows = _chain(run_id, at, prepared, head)
-            if not _advance_head(conn, run_id, head, rows[-1]):
+            if not _advance_head(cursor, run_id, head, rows[-1]):
                 raise LedgerError(f"the head of run {run_id!r} moved under the write lock")
         try:
             if len(rows) == 1:
-                conn.execute(_INSERT_EVENT, rows[0])
+                cursor.execute(_INSERT_EVENT, rows[0])
             else:
-                conn.executemany(_INSERT_EVENT, rows)
+                cursor.executemany(_INSERT_EVENT, rows)
         except sqlite3.IntegrityError as exc:
             self._heads.pop(run_id, None)
             raise LedgerError(
@@ -260,7 +270,7 @@ class SqliteLedger(Ledger):
             ) from exc
         index = [(*p[3], run_id, row[1]) for p, row in zip(prepared, rows, strict=True) if p[3]]
         if index:
-            conn.executemany(_INSERT_INDEX, index)
+            cursor.executemany(_INSERT_INDEX, index)
         return rows
 
     def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
@@ -458,7 +468,7 @@ def _stamp_version(conn: sqlite3.Connection) -> None:
     if version is None:
         conn.execute(
             "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
-            (SCHEMA_VERSION, _utc_now()),
+            (SCHEMA_VERSION, timestamp()),
         )
     elif version > SCHEMA_VERSION:
         raise LedgerError(
@@ -474,19 +484,17 @@ def _rollback(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
 
 
-def _load_head(conn: sqlite3.Connection, run_id: str) -> _Head:
-    row = conn.execute(_SELECT_HEAD, (run_id,)).fetchone()
+def _load_head(cursor: sqlite3.Cursor, run_id: str) -> _Head:
+    row = cursor.execute(_SELECT_HEAD, (run_id,)).fetchone()
     return (0, GENESIS_HASH) if row is None else (row[0], row[1])
 
 
-def _advance_head(
-    conn: sqlite3.Connection, run_id: str, head: _Head, last: tuple[Any, ...]
-) -> bool:
+def _advance_head(cursor: sqlite3.Cursor, run_id: str, head: _Head, last: tuple[Any, ...]) -> bool:
     """Move the run's head from ``head`` to ``last``; False if ``head`` is stale."""
     if head[0] == 0:
-        cursor = conn.execute(_INSERT_HEAD, (run_id, last[1], last[7]))
+        cursor.execute(_INSERT_HEAD, (run_id, last[1], last[7]))
     else:
-        cursor = conn.execute(_ADVANCE_HEAD, (last[1], last[7], run_id, head[0], head[1]))
+        cursor.execute(_ADVANCE_HEAD, (last[1], last[7], run_id, head[0], head[1]))
     return cursor.rowcount == 1
 
 
@@ -514,5 +522,14 @@ def _event(row: tuple[Any, ...]) -> Event:
         ) from exc
 
 
-def _utc_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")[:-6] + "Z"
+def _prepare(events: Iterable[NewEvent]) -> list[_Prepared]:
+    """Check each type and encode each payload, before the file is touched."""
+    return [
+        (
+            e.type if e.type.__class__ is EventType else EventType(e.type),
+            e.tool_call_id,
+            canonical_json(e.payload),
+            e.index_key,
+        )
+        for e in events
+    ]
