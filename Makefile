@@ -37,10 +37,12 @@ typecheck: $(STAMP)
 pytest: $(STAMP) $(PEERS)
 	$(BIN)/pytest
 
-bench: $(STAMP)
+BENCHES := kernel_overhead validators sandbox_spawn kill_latency output_memory \
+	search_vs_rg redaction_throughput ledger_backends mcp_bridge
+
+bench: $(STAMP) $(PEERS)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
-	$(BIN)/python bench/kernel_overhead.py
-	$(BIN)/python bench/validators.py
+	@for b in $(BENCHES); do echo "== $$b"; $(BIN)/python bench/$$b.py || exit 1; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
