@@ -57,7 +57,9 @@ _BLOCK: Final = 1 << 16
 # An absolute POSIX path of two or more segments. The literal "/" comes first so that
 # ``re`` can skip to candidates quickly; the lookbehind then rejects a "/" that
 # continues a URL (``https://h/a/b``), a relative path (``src/a/b``) or a home path.
-_HOST_PATH: Final = re.compile(r"/(?<![\w.~/:%-]/)(?:[\w.@+-]+/)+[\w.@+-]*")
+# Segments cannot hold "/", so the greedy match never backtracks: possessive
+# quantifiers give the same matches without sre's backtracking bookkeeping.
+_HOST_PATH: Final = re.compile(r"/(?<![\w.~/:%-]/)[\w.@+-]++/(?:[\w.@+-]++/)*+[\w.@+-]*+")
 # Literal first for speed; the drive letter is checked by the lookbehind and masked too.
 _WINDOWS_PATH: Final = re.compile(
     r":\\(?<=(?<![\w/])[A-Za-z]:\\)(?:[^\\\s\"'<>|:*?]+\\)+[^\\\s\"'<>|:*?]*"
@@ -107,6 +109,19 @@ _TRIGGERS: Final = (
 # Inflected words that start like a keyword but never name a credential; pytest's
 # "PASSED" lines alone would otherwise make most of the candidates in test output.
 _INFLECTIONS: Final = (b"passed", b"passes", b"passing", b"keyword", b"keyboard")
+# Keywords found by one scan for a part they share (``secret`` and ``cred`` both hold
+# ``cre``): each hit of the part is checked for each keyword around it. Every other
+# trigger is its own needle. Fewer scans of the block, the same candidates.
+_SHARED_NEEDLES: Final = ((b"cre", (b"secret", b"cred")),)
+_NEEDLES: Final = (
+    *_SHARED_NEEDLES,
+    *(
+        (trigger, (trigger,))
+        for trigger, _ in _TRIGGERS
+        if not any(trigger in group for _, group in _SHARED_NEEDLES)
+    ),
+)
+_TRIGGER_OFFSETS: Final = dict(_TRIGGERS)
 _RUN_CHARS: Final = string.ascii_letters + string.digits + "_-"
 _RUN_LENGTH: Final = 20
 _RUN_TABLE: Final = bytes(1 if chr(b) in _RUN_CHARS else 0 for b in range(256))
@@ -256,13 +271,7 @@ class Redactor:
                 ``known-secret``, ``stack-trace``, ``host-path``, …).
         """
         if len(text) > _WHOLE_TEXT_MAX:
-            # Large texts go through in line-aligned blocks that stay in the CPU cache;
-            # on tens of megabytes this is faster than whole-text passes.
-            stream = StreamRedactor(self)
-            blocks = (text[i : i + _BLOCK] for i in range(0, len(text), _BLOCK))
-            redacted = "".join(stream.redact_chunks(blocks))
-            counts.update(stream.counts)
-            return redacted
+            return self._redact_blocks(text, counts)
         text = self._mask_known(text, counts)
         if _is_plain(text) and self.workspace not in text:
             return text
@@ -270,6 +279,26 @@ class Redactor:
         text = _mask_private_keys(text, counts)
         text = _mask_secrets(text, counts)
         return self._mask_paths(text, counts)
+
+    def _redact_blocks(self, text: str, counts: Counter[str]) -> str:
+        """A large text in line-aligned blocks that stay in the CPU cache.
+
+        On tens of megabytes this is faster than whole-text passes. The blocks are
+        exactly those a ``StreamRedactor`` fed ``_BLOCK``-sized chunks would redact,
+        but cut from ``text`` by index, without building and re-slicing its buffer.
+        """
+        hold = max(_DEFAULT_HOLD, 2 * self.max_secret_length)
+        max_line = max(_MAX_LINE, hold)
+        out: list[str] = []
+        done = 0
+        for end in range(_BLOCK, len(text) + _BLOCK, _BLOCK):
+            cut = _cut_point(text, done, min(end, len(text)), hold, max_line)
+            if cut > done:
+                out.append(self.redact_text(text[done:cut], counts))
+                done = cut
+        if done < len(text):
+            out.append(self.redact_text(text[done:], counts))
+        return "".join(out)
 
     def redact(self, value: Any, counts: Counter[str]) -> Any:
         """A copy of a JSON-like value with every string (keys included) redacted."""
@@ -292,10 +321,13 @@ class Redactor:
 
     def _mask_paths(self, text: str, counts: Counter[str]) -> str:
         # Fixed replacement strings (no callback) keep this fast on path-heavy logs.
-        if self.workspace in text:
-            total = text.count(self.workspace)
+        workspace = self.workspace
+        if workspace in text:
+            before = text
             text, inside = self._workspace_inside.subn("", text)
-            if inside < total:
+            # The root pattern begins with the workspace itself, so it can only match
+            # when an occurrence is left; only then is counting them worth a scan.
+            if workspace in text and inside < before.count(workspace):
                 text, root = self._workspace_root.subn(".", text)
                 inside += root
             if inside:
@@ -304,10 +336,22 @@ class Redactor:
             text, masked = _HOST_PATH.subn(HOST_PATH_MASK, text)
             if masked:
                 counts["host-path"] += masked
-        if ":\\" in text:
+        if _has_drive_anchor(text):
             spans = [(m.start() - 1, m.end(), "host-path") for m in _WINDOWS_PATH.finditer(text)]
             text = _apply(text, spans, counts, HOST_PATH_MASK)
         return text
+
+
+def _has_drive_anchor(text: str) -> bool:
+    """``":\\" in text``, found faster: backslashes are rare and memchr finds them."""
+    at = text.find("\\", 1)  # a backslash at 0 has no drive colon before it
+    for _ in range(16):
+        if at == -1:
+            return False
+        if text[at - 1] == ":":
+            return True
+        at = text.find("\\", at + 1)
+    return at != -1 and text.find(":\\", at - 1) != -1
 
 
 def _encoded_forms(value: str) -> set[str]:
@@ -327,11 +371,14 @@ def _encoded_forms(value: str) -> set[str]:
 
 
 def _mask_traces(text: str, counts: Counter[str]) -> str:
-    if not any(anchor in text for anchor in _TRACE_ANCHORS):
+    # One scan per anchor finds the lines to try; the tab anchor is looked for only
+    # when the text has a tab at all (memchr speed), which most output has not.
+    starts = _line_starts_of(text, _TRACE_ANCHORS if "\t" in text else _TRACE_ANCHORS[1:])
+    if not starts:
         return text
     out: list[str] = []
     done = 0
-    for start in _line_starts_of(text, _TRACE_ANCHORS):
+    for start in starts:
         if start < done:
             continue
         match = _TRACE.match(text, start)
@@ -402,12 +449,27 @@ def _candidates(text: str) -> list[int]:
     low = raw.lower()
     found: list[int] = []
     add = found.append
-    for trigger, offset in _TRIGGERS:
-        at = low.find(trigger)
+    for needle, triggers in _NEEDLES:
+        at = low.find(needle)
+        if at == -1:
+            continue
+        if triggers[0] == needle:
+            offset = _TRIGGER_OFFSETS[needle]
+            while at != -1:
+                if not low.startswith(_INFLECTIONS, at):
+                    add(at + offset)
+                at = low.find(needle, at + 1)
+            continue
         while at != -1:
-            if not low.startswith(_INFLECTIONS, at):
-                add(at + offset)
-            at = low.find(trigger, at + 1)
+            for trigger in triggers:
+                begin = at - trigger.index(needle)
+                if (
+                    begin >= 0
+                    and low.startswith(trigger, begin)
+                    and not low.startswith(_INFLECTIONS, begin)
+                ):
+                    add(begin + _TRIGGER_OFFSETS[trigger])
+            at = low.find(needle, at + 1)
     runs = raw.translate(_RUN_TABLE)
     at = runs.find(_RUN)
     while at != -1:
@@ -503,25 +565,31 @@ class StreamRedactor:
 
     def _cut(self) -> int:
         """Where the final part of the buffer ends: a line break before the held tail."""
-        buffer = self._buffer
         hold = max(self._hold, 2 * self.redactor.max_secret_length)
-        limit = len(buffer) - hold
-        if limit <= 0:
-            return 0
-        cut = buffer.rfind("\n", 0, limit) + 1
+        return _cut_point(self._buffer, 0, len(self._buffer), hold, self._max_line)
+
+
+def _cut_point(text: str, start: int, end: int, hold: int, max_line: int) -> int:
+    """Where the final part of ``text[start:end]`` ends (an index; ``start`` for none).
+
+    A line break before the last ``hold`` characters; in a line longer than
+    ``max_line``, a blank. An unfinished private key block stays with its BEGIN line.
+    """
+    limit = end - hold
+    if limit <= start:
+        return start
+    newline = text.rfind("\n", start, limit)
+    if newline != -1:
+        cut = newline + 1
+    else:
+        if end - start <= max_line:
+            return start
+        # A huge line without breaks: cut at a blank, which no token spans.
+        cut = max(text.rfind(" ", start, limit), text.rfind("\t", start, limit)) + 1
         if cut == 0:
-            if len(buffer) <= self._max_line:
-                return 0
-            # A huge line without breaks: cut at a blank, which no token spans.
-            cut = max(buffer.rfind(" ", 0, limit), buffer.rfind("\t", 0, limit)) + 1
-            if cut == 0:
-                cut = limit
-        # Keep an unfinished private key block together with its BEGIN line.
-        begin = buffer.rfind("-----BEGIN", 0, cut)
-        if (
-            begin != -1
-            and "-----END" not in buffer[begin:cut]
-            and len(buffer) - begin <= self._max_line
-        ):
-            cut = buffer.rfind("\n", 0, begin) + 1
-        return cut
+            cut = limit
+    # Keep an unfinished private key block together with its BEGIN line.
+    begin = text.rfind("-----BEGIN", start, cut)
+    if begin != -1 and text.find("-----END", begin, cut) == -1 and end - begin <= max_line:
+        cut = text.rfind("\n", start, begin) + 1 or start
+    return cut

@@ -113,9 +113,9 @@ def random_in_context(value: str) -> bool:
     # Otherwise base64-like: upper, lower and digits all present, as in random bytes,
     # unlike identifiers (``ws_plugin_s3_access_key``) and paths.
     counts = (
-        sum(c.isupper() for c in value),
-        sum(c.islower() for c in value),
-        sum(c.isdigit() for c in value),
+        sum(map(str.isupper, value)),
+        sum(map(str.islower, value)),
+        sum(map(str.isdigit, value)),
     )
     return min(counts) >= 2 and shannon_entropy(value) >= 4.0
 
@@ -130,9 +130,9 @@ def looks_random(value: str) -> bool:
     core = value.rstrip("=")
     if len(core) < 32:
         return False
-    uppers = sum(c.isupper() for c in core)
-    lowers = sum(c.islower() for c in core)
-    digits = sum(c.isdigit() for c in core)
+    uppers = sum(map(str.isupper, core))
+    lowers = sum(map(str.islower, core))
+    digits = sum(map(str.isdigit, core))
     if min(uppers, lowers, digits) < 2:
         return False
     return shannon_entropy(core) >= 4.2
