@@ -50,6 +50,7 @@ from toolkernel.ledger import EventType, GroupCommitLedger, Ledger, NewEvent, Sq
 from toolkernel.normalize import DEFAULT_CHAIN, Finishing, Processor
 from toolkernel.pathguard import PathGuard
 from toolkernel.policy import Decision, authorize, rate_keys
+from toolkernel.providers.names import provider_name
 from toolkernel.redaction import Redactor
 from toolkernel.registry import RegisteredTool, Registry
 from toolkernel.replay import RecordedResults
@@ -175,6 +176,7 @@ class Kernel:
         self.processors = tuple(processors)
         self._inflight: dict[tuple[str, str], _Inflight] = {}
         self._generation = 0
+        self._provider_names: dict[str, str] = {}  # provider spelling -> tool name
         self._received: dict[str, int] = {}  # call id -> time.time_ns() it arrived
         self._argument_checks: dict[str, ArgumentCheck] = {}
         self._approval_checks: dict[str, ApprovalCheck] = {}
@@ -204,8 +206,22 @@ class Kernel:
         handler: Callable[..., Any] | None = None,
         **kwargs: Any,
     ) -> RegisteredTool:
-        """Register a tool (see ``Registry.register``)."""
+        """Register a tool (see ``Registry.register``).
+
+        Raises:
+            DefinitionError: the definition is invalid, or its name spelled the way
+                OpenAI and Anthropic accept (``repo.search`` → ``repo__search``) is
+                already taken by another tool.
+        """
         registered = self.registry.register(tool, handler, **kwargs)
+        name = registered.name
+        spelled = provider_name(name)
+        other = self._provider_names.setdefault(spelled, name)
+        if other != name:
+            self.registry.unregister(name, registered.definition.version)
+            raise DefinitionError(
+                name, "name", f"collides with '{other}' as provider tool name '{spelled}'"
+            )
         self._generation += 1
         return registered
 

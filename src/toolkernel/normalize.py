@@ -112,6 +112,15 @@ def redact(outcome: Outcome, fin: Finishing) -> Outcome:
     outcome.output = redactor.redact(outcome.output, counts)
     if counts:
         fin.redactions.extend(_notices(counts, "structuredOutput"))
+    withheld = Counter[str]()
+    for notice in fin.redactions:
+        if notice.kind != "workspace-path":  # made relative, not withheld
+            withheld[notice.kind] += notice.count
+    if withheld:
+        # The model is told that something was withheld, and what kind: it should not
+        # retry to get it, nor treat the masks as the real values.
+        shown = ", ".join(f"{count} {kind}" for kind, count in sorted(withheld.items()))
+        outcome.message = f"{outcome.message} [Redacted from this result: {shown}.]".lstrip()
     return outcome
 
 

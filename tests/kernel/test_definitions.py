@@ -250,3 +250,21 @@ def test_registering_the_same_version_twice_is_refused():
 def test_native_definition_without_implementation_is_refused():
     with pytest.raises(DefinitionError, match="executionMode"):
         Registry().register({**SEED_EXAMPLE, "executionMode": "NATIVE"})
+
+
+def test_provider_name_collisions_are_refused_at_registration(tmp_path):
+    from toolkernel.config import Config
+    from toolkernel.kernel import Kernel
+
+    base = {
+        "version": "1.0",
+        "description": "A tool.",
+        "executionMode": "NATIVE",
+        "inputSchema": {"type": "object", "additionalProperties": False},
+    }
+    with Kernel(Config.default(tmp_path), workspace_tools=False) as kernel:
+        kernel.register({**base, "name": "repo.search__all"}, handler=lambda: 1)
+        with pytest.raises(DefinitionError, match="repo__search__all"):
+            kernel.register({**base, "name": "repo__search.all"}, handler=lambda: 2)
+        assert kernel.registry.find("repo__search.all") is None
+        kernel.register({**base, "name": "repo.search__all", "version": "2.0"}, handler=lambda: 3)

@@ -156,6 +156,9 @@ async def test_known_secret_and_host_paths_never_reach_the_projection(kernel_fac
     assert result.structured_output["where"] == "src/app.py"
     kinds = {notice.kind for notice in result.redactions}
     assert {"known-secret", "workspace-path", "host-path"} <= kinds
+    # The projection says that something was withheld, and what kind.
+    assert "[Redacted from this result:" in result.safe_message
+    assert "known-secret" in result.safe_message
     final = kernel.ledger.events(run.id)[-1].payload["result"]
     assert {r["kind"] for r in final["redactions"]} == kinds
 
