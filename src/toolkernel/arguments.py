@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from toolkernel.canonical import canonical_json, sha256_hex
-from toolkernel.codes import ErrorCode
+from toolkernel.codes import ErrorCode, safe_field
 
 __all__ = ["ArgumentsRejected", "ParsedArguments", "parse_arguments"]
 
@@ -116,7 +116,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for key, value in pairs:
         if key in result:
-            raise _Reject(ErrorCode.DUPLICATE_KEY, key=_short(key))
+            raise _Reject(ErrorCode.DUPLICATE_KEY, key=safe_field(key, 40))
         result[key] = value
     return result
 
@@ -190,8 +190,3 @@ def _kind(value: Any) -> str:
     if isinstance(value, bool):
         return "a boolean"
     return "a number"
-
-
-def _short(text: str, limit: int = 40) -> str:
-    clean = "".join(c if c.isprintable() else "?" for c in text)
-    return clean if len(clean) <= limit else clean[: limit - 1] + "…"

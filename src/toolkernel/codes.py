@@ -16,7 +16,7 @@ from enum import StrEnum
 from string import Formatter
 from typing import Final
 
-__all__ = ["CATALOG", "CodeInfo", "ErrorCode", "Status", "safe_message"]
+__all__ = ["CATALOG", "CodeInfo", "ErrorCode", "Status", "safe_field", "safe_message"]
 
 
 class Status(StrEnum):
@@ -349,3 +349,9 @@ def safe_message(code: ErrorCode, **fields: object) -> str:
     info = CATALOG[code]
     values = {name: fields.get(name, "?") for name in info.fields}
     return info.template.format(**values)
+
+
+def safe_field(text: str, limit: int = 64) -> str:
+    """Model-supplied text made fit for a safe message: printable and short."""
+    clean = "".join(c if c.isprintable() else "?" for c in text)
+    return clean if len(clean) <= limit else clean[: limit - 1] + "…"

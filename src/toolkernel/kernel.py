@@ -38,7 +38,7 @@ from toolkernel.approval import ApprovalDecision, ApprovalRequest, Approver, ask
 from toolkernel.arguments import ArgumentsRejected, parse_arguments
 from toolkernel.artifacts import ArtifactStore
 from toolkernel.calls import ToolCallRequest, ToolCallResult, Usage, new_id, timestamp
-from toolkernel.codes import ErrorCode, Status, safe_message
+from toolkernel.codes import ErrorCode, Status, safe_field, safe_message
 from toolkernel.config import Config, load_config
 from toolkernel.context import RunContext, ToolContext
 from toolkernel.definition import ConcurrencyGroup, ExecutionMode, ToolDefinition
@@ -119,6 +119,7 @@ class _Journal:
         self._ledger = ledger
         self._run_id = run_id
         self._events: list[NewEvent] = []
+        self.call_ids: list[str] = []  # the calls of this batch, for cleanup
 
     def write(self, events: Iterable[NewEvent]) -> None:
         self._events.extend(events)
@@ -382,6 +383,8 @@ class Kernel:
                 journal.flush()  # what was decided before an error is still recorded
             finally:
                 run.gate.release(exclusive)
+                for call_id in journal.call_ids:  # calls a cancellation cut short
+                    self._received.pop(call_id, None)
 
     # -- the pipeline ----------------------------------------------------------------
 
@@ -404,6 +407,7 @@ class Kernel:
         )
         events = [NewEvent(EventType.TOOL_CALL_REQUEST, request.to_dict(), request.tool_call_id)]
         self._received[request.tool_call_id] = received_ns
+        journal.call_ids.append(request.tool_call_id)
         call_id, name = request.tool_call_id, request.tool_name
 
         assessed = self._assess(run, request, rejected)
@@ -757,12 +761,12 @@ class Kernel:
             return ToolCallResult.from_code(
                 call_id,
                 ErrorCode.UNKNOWN_VERSION,
-                tool=_short(name),
-                version=_short(version),
+                tool=safe_field(name),
+                version=safe_field(version),
                 available=", ".join(versions),
             )
         return ToolCallResult.from_code(
-            call_id, ErrorCode.UNKNOWN_TOOL, tool=_short(name), available=self._names(run)
+            call_id, ErrorCode.UNKNOWN_TOOL, tool=safe_field(name), available=self._names(run)
         )
 
     def _projection(self, run: Run) -> frozenset[str]:
@@ -811,7 +815,7 @@ def _explanation(
     tool: str, status: Status | None, code: ErrorCode | None, message: str
 ) -> dict[str, Any]:
     return {
-        "tool": _short(tool),
+        "tool": safe_field(tool),
         "outcome": str(status) if status else "ALLOWED",
         "errorCode": str(code) if code else None,
         "explanation": message,
@@ -887,8 +891,3 @@ def _open_ledger(config: Config) -> Ledger:
     else:
         ledger = SqliteLedger(config.ledger_path, synchronous=settings.synchronous)
     return GroupCommitLedger(ledger) if settings.commit == "group" else ledger
-
-
-def _short(text: str, limit: int = 64) -> str:
-    clean = "".join(c if c.isprintable() else "?" for c in text)
-    return clean if len(clean) <= limit else clean[: limit - 1] + "…"

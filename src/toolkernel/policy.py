@@ -22,7 +22,7 @@ from fnmatch import fnmatchcase
 from functools import lru_cache
 from typing import Any, Final
 
-from toolkernel.codes import ErrorCode, safe_message
+from toolkernel.codes import ErrorCode, safe_field, safe_message
 from toolkernel.context import RunContext, RunState, VerificationStatus
 from toolkernel.definition import ExecutionMode, Permissions, ToolDefinition
 from toolkernel.globs import GlobSet, compile_globs
@@ -270,7 +270,7 @@ def _path_problem(
     allow = _globs(policy.path_allow) if policy.path_allow else None
     for path in paths:
         if deny.matches(path) or (allow is not None and not allow.matches(path)):
-            return _deny(ErrorCode.PATH_DENIED, tool=d.name, path=_short(path))
+            return _deny(ErrorCode.PATH_DENIED, tool=d.name, path=safe_field(path, 120))
     writes = d.permissions.write_workspace or d.execution_mode is ExecutionMode.SANDBOX_WRITE
     scope_patterns = ctx.write_scope or policy.write_scope
     if writes and scope_patterns:
@@ -278,7 +278,7 @@ def _path_problem(
         for path in paths:
             # A directory is in scope when what is inside it is (cwd "src" for "src/**").
             if not (scope.matches(path) or scope.matches(f"{path}/_")):
-                return _deny(ErrorCode.WRITE_SCOPE_DENIED, tool=d.name, path=_short(path))
+                return _deny(ErrorCode.WRITE_SCOPE_DENIED, tool=d.name, path=safe_field(path, 120))
     return None
 
 
@@ -311,7 +311,3 @@ def _approval_reasons(
 @lru_cache(maxsize=128)
 def _globs(patterns: tuple[str, ...]) -> GlobSet:
     return compile_globs(patterns)
-
-
-def _short(path: str, limit: int = 120) -> str:
-    return path if len(path) <= limit else path[: limit - 1] + "…"

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from toolkernel.codes import ErrorCode
+from toolkernel.codes import ErrorCode, safe_field
 from toolkernel.pathguard import GuardedPath, PathGuard, PathViolation
 from toolkernel.registry import PATH_FORMAT, RegisteredTool
 from toolkernel.schema import SchemaError
@@ -93,7 +93,7 @@ def _violation_for(error: SchemaError, tool: RegisteredTool) -> Violation:
     keyword = error.keyword
     if keyword in ("additionalProperties", "unevaluatedProperties"):
         unexpected = details.get("unexpected") or ["?"]
-        name = _clean(str(unexpected[0]))
+        name = safe_field(str(unexpected[0]))
         parent = _subschema(tool.definition.input_schema, error.schema_path[:-1])
         allowed = sorted(parent.get("properties", {})) if isinstance(parent, Mapping) else []
         return Violation(
@@ -102,7 +102,7 @@ def _violation_for(error: SchemaError, tool: RegisteredTool) -> Violation:
             {"allowed": ", ".join(allowed) or "none"},
         )
     if keyword == "required":
-        missing = _clean(str(details.get("property", "?")))
+        missing = safe_field(str(details.get("property", "?")))
         return Violation(ErrorCode.MISSING_PROPERTY, _label((*path, missing)))
     if keyword == "type":
         expected = details.get("expected") or ["?"]
@@ -189,12 +189,7 @@ def _label(path: tuple[str | int, ...]) -> str:
     text = ""
     for part in path:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return _clean(text) or "(arguments)"
-
-
-def _clean(text: str, limit: int = 64) -> str:
-    clean = "".join(c if c.isprintable() else "?" for c in text)
-    return clean if len(clean) <= limit else clean[: limit - 1] + "…"
+    return safe_field(text) or "(arguments)"
 
 
 def _article(kind: object) -> str:
@@ -213,6 +208,6 @@ def _article(kind: object) -> str:
 def _options(options: Any, limit: int = 12) -> str:
     if not isinstance(options, list | tuple):
         return "the values listed in the schema"
-    shown = [_clean(str(o), 40) for o in options[:limit]]
+    shown = [safe_field(str(o), 40) for o in options[:limit]]
     more = f" (and {len(options) - limit} more)" if len(options) > limit else ""
     return ", ".join(shown) + more
