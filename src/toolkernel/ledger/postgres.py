@@ -44,7 +44,7 @@ from toolkernel.ledger.base import (
 
 # The record layout, chaining, decoding and verification are the SQLite backend's, so
 # that both backends store and check exactly the same thing.
-from toolkernel.ledger.sqlite import _chain, _event, _Verifier
+from toolkernel.ledger.rows import Head, Prepared, Verifier, chain_rows, row_event
 
 __all__ = ["PostgresLedger"]
 
@@ -149,9 +149,7 @@ _SELECT_INDEXED: Final = (
 )
 
 _Conn = psycopg.Connection[tuple[Any, ...]]
-_Head = tuple[int, str]
 # (type, tool_call_id, canonical payload, index_key) of an event about to be stored.
-_Prepared = tuple[EventType, str | None, bytes, tuple[str, str] | None]
 
 
 class PostgresLedger(Ledger):
@@ -183,7 +181,7 @@ class PostgresLedger(Ledger):
         self._params.setdefault("application_name", _APPLICATION_NAME)
         self._where = _describe(self._params, schema)
         self._lock = threading.Lock()
-        self._heads: dict[str, _Head] = {}
+        self._heads: dict[str, Head] = {}
         self._closed = False
         with self._translate("open"):
             self._conn: _Conn = self._connect()
@@ -240,7 +238,7 @@ class PostgresLedger(Ledger):
             TypeError: a payload is not JSON-able; nothing was stored.
             ValueError: as for :meth:`append`; nothing was stored.
         """
-        merged: dict[str, list[_Prepared]] = {}
+        merged: dict[str, list[Prepared]] = {}
         for run_id, events in batches:
             _check_storable(run_id)
             merged.setdefault(run_id, []).extend(_prepare(e) for e in events)
@@ -249,7 +247,7 @@ class PostgresLedger(Ledger):
             return
         at = timestamp()
         with self._lock:
-            heads: dict[str, _Head] = {}
+            heads: dict[str, Head] = {}
             try:
                 conn = self._live()
                 with conn.transaction():
@@ -273,7 +271,7 @@ class PostgresLedger(Ledger):
             return []  # such a run cannot have been stored
         with self._lock, self._translate("read"):
             rows = self._live().execute(_SELECT_EVENTS, (run_id, after_seq))
-            return [_event(row) for row in rows]
+            return [row_event(row) for row in rows]
 
     def runs(self) -> list[RunSummary]:
         """Every run that has events, by first event time.
@@ -294,7 +292,7 @@ class PostgresLedger(Ledger):
             return None
         with self._lock, self._translate("read"):
             row = self._live().execute(_SELECT_INDEXED, (tool_name, key)).fetchone()
-            return None if row is None else _event(row)
+            return None if row is None else row_event(row)
 
     def verify(self, run_id: str | None = None) -> VerifyReport:
         """Check the chain and head of one run, or of every run.
@@ -322,7 +320,7 @@ class PostgresLedger(Ledger):
                 with conn.cursor(name="toolkernel_verify") as cursor:
                     cursor.itersize = _VERIFY_BATCH
                     cursor.execute(events_sql, params)
-                    return _Verifier(heads).run(cursor)
+                    return Verifier(heads).run(cursor)
 
     def close(self) -> None:
         """Close the connection. Closing twice is harmless."""
@@ -335,7 +333,7 @@ class PostgresLedger(Ledger):
     # --- appending --------------------------------------------------------------------
 
     def _append_one(
-        self, conn: _Conn, run_id: str, at: str, prepared: list[_Prepared]
+        self, conn: _Conn, run_id: str, at: str, prepared: list[Prepared]
     ) -> list[tuple[Any, ...]]:
         rows = self._store_cached(conn, run_id, at, prepared)
         if rows is None:
@@ -344,32 +342,32 @@ class PostgresLedger(Ledger):
         return rows
 
     def _store(
-        self, conn: _Conn, run_id: str, at: str, prepared: list[_Prepared]
+        self, conn: _Conn, run_id: str, at: str, prepared: list[Prepared]
     ) -> list[tuple[Any, ...]]:
         """Chain and store one run's events inside the caller's transaction."""
         rows = self._store_cached(conn, run_id, at, prepared)
         return self._store_locked(conn, run_id, at, prepared) if rows is None else rows
 
     def _store_cached(
-        self, conn: _Conn, run_id: str, at: str, prepared: list[_Prepared]
+        self, conn: _Conn, run_id: str, at: str, prepared: list[Prepared]
     ) -> list[tuple[Any, ...]] | None:
         """Store onto the cached head, in one statement; None if there is none or it moved."""
         head = self._heads.get(run_id)
         if head is None:
             return None
-        rows = _chain(run_id, at, prepared, head)
+        rows = chain_rows(run_id, at, prepared, head)
         return rows if _try_append(conn, head, rows, prepared) else None
 
     def _store_locked(
-        self, conn: _Conn, run_id: str, at: str, prepared: list[_Prepared]
+        self, conn: _Conn, run_id: str, at: str, prepared: list[Prepared]
     ) -> list[tuple[Any, ...]]:
         # Holding the head row, the append cannot miss. A run without a head has no row
         # to lock: two workers may both try to create it, and the loser goes round
         # once more, then finds the row.
         for _ in range(3):
             row = conn.execute(_LOCK_HEAD, (run_id,)).fetchone()
-            head: _Head = (0, GENESIS_HASH) if row is None else (row[0], row[1])
-            rows = _chain(run_id, at, prepared, head)
+            head: Head = (0, GENESIS_HASH) if row is None else (row[0], row[1])
+            rows = chain_rows(run_id, at, prepared, head)
             if _try_append(conn, head, rows, prepared):
                 return rows
         raise LedgerError(f"the head of run {run_id!r} in {self._where} moved under its lock")
@@ -451,7 +449,7 @@ class PostgresLedger(Ledger):
 
 
 def _try_append(
-    conn: _Conn, head: _Head, rows: list[tuple[Any, ...]], prepared: list[_Prepared]
+    conn: _Conn, head: Head, rows: list[tuple[Any, ...]], prepared: list[Prepared]
 ) -> bool:
     """Store ``rows`` if the run's head is still ``head``; False if it moved."""
     index = [(p[3], pos) for pos, p in enumerate(prepared, start=1) if p[3] is not None]
@@ -476,7 +474,7 @@ def _try_append(
     return row is not None and row[0] == 1
 
 
-def _prepare(event: NewEvent) -> _Prepared:
+def _prepare(event: NewEvent) -> Prepared:
     if event.tool_call_id is not None:
         _check_storable(event.tool_call_id)
     if event.index_key is not None:

@@ -14,7 +14,6 @@ otherwise it is reloaded within the same transaction.
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import threading
@@ -32,12 +31,10 @@ from toolkernel.ledger.base import (
     Ledger,
     LedgerError,
     NewEvent,
-    Problem,
-    ProblemKind,
     RunSummary,
     VerifyReport,
-    chained_hash,
 )
+from toolkernel.ledger.rows import Head, Prepared, Verifier, chain_rows, row_event
 
 __all__ = ["SqliteLedger"]
 
@@ -116,11 +113,6 @@ _INSERT_INDEX: Final = (
     "ON CONFLICT DO NOTHING"
 )
 
-_TYPES: Final = frozenset(t.value for t in EventType)
-
-_Head = tuple[int, str]
-# (type, tool_call_id, canonical payload, index_key) of an event about to be stored.
-_Prepared = tuple[EventType, str | None, bytes, tuple[str, str] | None]
 
 
 class SqliteLedger(Ledger):
@@ -144,7 +136,7 @@ class SqliteLedger(Ledger):
             raise ValueError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
         self._path = Path(path)
         self._lock = threading.Lock()
-        self._heads: dict[str, _Head] = {}
+        self._heads: dict[str, Head] = {}
         with self._translate("open"):
             self._conn: sqlite3.Connection | None = _open(self._path, synchronous)
             # One cursor for every append (under the lock), not a new one per statement.
@@ -195,7 +187,7 @@ class SqliteLedger(Ledger):
             if events:
                 self._store(run_id, _prepare(events))
             return
-        merged: dict[str, list[_Prepared]] = {}
+        merged: dict[str, list[Prepared]] = {}
         for run_id, events in batches:
             merged.setdefault(run_id, []).extend(_prepare(events))
         if not any(merged.values()):
@@ -204,7 +196,7 @@ class SqliteLedger(Ledger):
         with self._lock:
             conn = self._live()
             cursor = self._cursor
-            heads: dict[str, _Head] = {}
+            heads: dict[str, Head] = {}
             try:
                 cursor.execute("BEGIN IMMEDIATE")
                 for run_id, prepared in merged.items():
@@ -221,7 +213,7 @@ class SqliteLedger(Ledger):
                 raise
             self._heads.update(heads)
 
-    def _store(self, run_id: str, prepared: list[_Prepared]) -> tuple[str, list[tuple[Any, ...]]]:
+    def _store(self, run_id: str, prepared: list[Prepared]) -> tuple[str, list[tuple[Any, ...]]]:
         """Chain ``prepared`` onto the run's head and commit it; the time and rows stored."""
         at = timestamp()
         with self._lock:
@@ -244,17 +236,17 @@ class SqliteLedger(Ledger):
         return at, rows
 
     def _insert(
-        self, cursor: sqlite3.Cursor, run_id: str, at: str, prepared: list[_Prepared]
+        self, cursor: sqlite3.Cursor, run_id: str, at: str, prepared: list[Prepared]
     ) -> list[tuple[Any, ...]]:
         head = self._heads.get(run_id)
         if head is None:
             head = _load_head(cursor, run_id)
-        rows = _chain(run_id, at, prepared, head)
+        rows = chain_rows(run_id, at, prepared, head)
         if not _advance_head(cursor, run_id, head, rows[-1]):
             # Another connection appended since we cached the head. We hold the write
             # lock now, so the reloaded head cannot move again.
             head = _load_head(cursor, run_id)
-            rows = _chain(run_id, at, prepared, head)
+            rows = chain_rows(run_id, at, prepared, head)
             if not _advance_head(cursor, run_id, head, rows[-1]):
                 raise LedgerError(f"the head of run {run_id!r} moved under the write lock")
         try:
@@ -281,7 +273,7 @@ class SqliteLedger(Ledger):
         """
         with self._lock, self._translate("read"):
             rows = self._live().execute(_SELECT_EVENTS, (run_id, after_seq))
-            return [_event(row) for row in rows]
+            return [row_event(row) for row in rows]
 
     def runs(self) -> list[RunSummary]:
         """Every run that has events, by first event time.
@@ -301,7 +293,7 @@ class SqliteLedger(Ledger):
         """
         with self._lock, self._translate("read"):
             row = self._live().execute(_SELECT_INDEXED, (tool_name, key)).fetchone()
-            return None if row is None else _event(row)
+            return None if row is None else row_event(row)
 
     def verify(self, run_id: str | None = None) -> VerifyReport:
         """Check the chain and head of one run, or of every run.
@@ -322,7 +314,7 @@ class SqliteLedger(Ledger):
             try:
                 heads = {r: (s, h) for r, s, h in conn.execute(heads_sql, params)}
                 rows = conn.execute(events_sql, params)
-                return _Verifier(heads).run(rows)
+                return Verifier(heads).run(rows)
             finally:
                 _rollback(conn)
 
@@ -346,72 +338,6 @@ class SqliteLedger(Ledger):
             yield
         except (sqlite3.Error, OSError) as exc:
             raise LedgerError(f"could not {action} the ledger at {self._path}: {exc}") from exc
-
-
-class _Verifier:
-    """Walks events in (run_id, seq) order and collects problems."""
-
-    def __init__(self, heads: dict[str, _Head]) -> None:
-        self.heads = heads
-        self.problems: list[Problem] = []
-        self.runs = 0
-        self.events = 0
-
-    def run(self, rows: Iterable[tuple[Any, ...]]) -> VerifyReport:
-        current: str | None = None
-        expected, prev, last = 1, GENESIS_HASH, (0, GENESIS_HASH)
-        for row in rows:
-            run_id, seq, _, _, _, _, prev_hash, stored = row
-            if run_id != current:
-                if current is not None:
-                    self._check_head(current, last)
-                current, expected, prev = run_id, 1, GENESIS_HASH
-                self.runs += 1
-            self.events += 1
-            if seq != expected:
-                self._add(run_id, seq, "gap", f"expected seq {expected}, found seq {seq}")
-            elif prev_hash != prev:
-                self._add(run_id, seq, "broken_link", "prev_hash is not the previous hash")
-            self._check_event(row)
-            expected, prev, last = seq + 1, stored, (seq, stored)
-        if current is not None:
-            self._check_head(current, last)
-        for run_id, (seq, _) in sorted(self.heads.items()):
-            self.runs += 1
-            self._add(run_id, None, "head_mismatch", f"head records seq {seq}, no events")
-        return VerifyReport(self.runs, self.events, self.problems)
-
-    def _check_event(self, row: tuple[Any, ...]) -> None:
-        run_id, seq, type_, at, tool_call_id, text, prev_hash, stored = row
-        if type_ not in _TYPES:
-            self._add(run_id, seq, "bad_payload", f"unknown event type {type_!r}")
-        try:
-            payload = json.loads(text)
-            canonical = canonical_json(payload)
-        except (TypeError, ValueError) as exc:
-            self._add(run_id, seq, "bad_payload", f"payload is not JSON: {exc}")
-            return
-        if not isinstance(payload, dict) or canonical.decode() != text:
-            self._add(run_id, seq, "bad_payload", "payload is not a canonical JSON object")
-        computed = chained_hash(run_id, seq, type_, at, tool_call_id, canonical, prev_hash)
-        if computed != stored:
-            self._add(run_id, seq, "hash_mismatch", "stored fields do not match the hash")
-
-    def _check_head(self, run_id: str, last: _Head) -> None:
-        head = self.heads.pop(run_id, None)
-        if head is None:
-            self._add(run_id, None, "head_mismatch", "no head recorded for the run")
-        elif head != last:
-            self._add(
-                run_id,
-                None,
-                "head_mismatch",
-                f"head records seq {head[0]}, last stored event is seq {last[0]}"
-                + ("" if head[0] != last[0] else " with another hash"),
-            )
-
-    def _add(self, run_id: str, seq: int | None, kind: ProblemKind, detail: str) -> None:
-        self.problems.append(Problem(run_id, seq, kind, detail))
 
 
 def _open(path: Path, synchronous: str) -> sqlite3.Connection:
@@ -484,12 +410,12 @@ def _rollback(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
 
 
-def _load_head(cursor: sqlite3.Cursor, run_id: str) -> _Head:
+def _load_head(cursor: sqlite3.Cursor, run_id: str) -> Head:
     row = cursor.execute(_SELECT_HEAD, (run_id,)).fetchone()
     return (0, GENESIS_HASH) if row is None else (row[0], row[1])
 
 
-def _advance_head(cursor: sqlite3.Cursor, run_id: str, head: _Head, last: tuple[Any, ...]) -> bool:
+def _advance_head(cursor: sqlite3.Cursor, run_id: str, head: Head, last: tuple[Any, ...]) -> bool:
     """Move the run's head from ``head`` to ``last``; False if ``head`` is stale."""
     if head[0] == 0:
         cursor.execute(_INSERT_HEAD, (run_id, last[1], last[7]))
@@ -498,31 +424,7 @@ def _advance_head(cursor: sqlite3.Cursor, run_id: str, head: _Head, last: tuple[
     return cursor.rowcount == 1
 
 
-def _chain(run_id: str, at: str, prepared: list[_Prepared], head: _Head) -> list[tuple[Any, ...]]:
-    """The rows to insert, in the events table's column order, chained onto ``head``."""
-    seq, prev = head
-    rows = []
-    for type_, tool_call_id, payload, _ in prepared:
-        seq += 1
-        digest = chained_hash(run_id, seq, type_, at, tool_call_id, payload, prev)
-        rows.append((run_id, seq, type_, at, tool_call_id, payload.decode(), prev, digest))
-        prev = digest
-    return rows
-
-
-def _event(row: tuple[Any, ...]) -> Event:
-    run_id, seq, type_, at, tool_call_id, payload, prev_hash, digest = row
-    try:
-        return Event(
-            run_id, seq, EventType(type_), at, tool_call_id, json.loads(payload), prev_hash, digest
-        )
-    except ValueError as exc:
-        raise LedgerError(
-            f"event {seq} of run {run_id!r} cannot be decoded ({exc}); verify the ledger"
-        ) from exc
-
-
-def _prepare(events: Iterable[NewEvent]) -> list[_Prepared]:
+def _prepare(events: Iterable[NewEvent]) -> list[Prepared]:
     """Check each type and encode each payload, before the file is touched."""
     return [
         (
