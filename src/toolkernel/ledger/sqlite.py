@@ -114,7 +114,6 @@ _INSERT_INDEX: Final = (
 )
 
 
-
 class SqliteLedger(Ledger):
     """A ledger stored in one SQLite file, created with its directories on first use.
 
