@@ -76,6 +76,35 @@ class ToolCallRequest:
     requested_by: str = "model"
     trace_context: str | None = None
 
+    # Written out rather than generated: a frozen dataclass's generated __init__ costs
+    # twice as much, and the kernel builds one of these per call.
+    def __init__(
+        self,
+        tool_call_id: str,
+        run_id: str,
+        tool_name: str,
+        arguments: Mapping[str, Any] | None,
+        arguments_hash: str,
+        tool_version: str | None = None,
+        step_id: str | None = None,
+        idempotency_key: str | None = None,
+        requested_at: str | None = None,
+        requested_by: str = "model",
+        trace_context: str | None = None,
+    ) -> None:
+        _set = object.__setattr__
+        _set(self, "tool_call_id", tool_call_id)
+        _set(self, "run_id", run_id)
+        _set(self, "tool_name", tool_name)
+        _set(self, "arguments", arguments)
+        _set(self, "arguments_hash", arguments_hash)
+        _set(self, "tool_version", tool_version)
+        _set(self, "step_id", step_id)
+        _set(self, "idempotency_key", idempotency_key)
+        _set(self, "requested_at", timestamp() if requested_at is None else requested_at)
+        _set(self, "requested_by", requested_by)
+        _set(self, "trace_context", trace_context)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "toolCallId": self.tool_call_id,
@@ -147,6 +176,9 @@ class Usage:
         }
 
 
+_NO_USAGE: Final = Usage()
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCallResult:
     """The outcome of one call. ``projection()`` is all the model ever sees of it."""
@@ -162,6 +194,34 @@ class ToolCallResult:
     finished_at: str = field(default_factory=timestamp)
     retryable: bool = False
     redactions: tuple[RedactionNotice, ...] = ()
+
+    # Written out rather than generated, as ToolCallRequest's: one per call.
+    def __init__(
+        self,
+        tool_call_id: str,
+        status: Status,
+        safe_message: str,
+        error_code: ErrorCode | None = None,
+        structured_output: Any = None,
+        artifacts: tuple[ArtifactRef, ...] = (),
+        usage: Usage | None = None,
+        started_at: str | None = None,
+        finished_at: str | None = None,
+        retryable: bool = False,
+        redactions: tuple[RedactionNotice, ...] = (),
+    ) -> None:
+        _set = object.__setattr__
+        _set(self, "tool_call_id", tool_call_id)
+        _set(self, "status", status)
+        _set(self, "safe_message", safe_message)
+        _set(self, "error_code", error_code)
+        _set(self, "structured_output", structured_output)
+        _set(self, "artifacts", artifacts)
+        _set(self, "usage", _NO_USAGE if usage is None else usage)
+        _set(self, "started_at", started_at)
+        _set(self, "finished_at", timestamp() if finished_at is None else finished_at)
+        _set(self, "retryable", retryable)
+        _set(self, "redactions", redactions)
 
     @classmethod
     def from_code(

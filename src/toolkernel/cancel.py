@@ -13,6 +13,7 @@ import asyncio
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Protocol
 
 import anyio
 
@@ -27,6 +28,13 @@ class CancelledByRuntime(Exception):
     def __init__(self, reason: ErrorCode) -> None:
         super().__init__(str(reason))
         self.reason = reason
+
+
+class Cancellable(Protocol):
+    """What a token can cancel: an anyio ``CancelScope``, or the kernel's own watch
+    of an asyncio task."""
+
+    def cancel(self) -> object: ...
 
 
 # One lock for every token: each holds it only for a few dict operations, and a token
@@ -44,7 +52,7 @@ class CancellationToken:
         # and child maps when first used: most call tokens never need them.
         self._event: threading.Event | None = None
         self._reason: ErrorCode | None = None
-        self._scopes: dict[anyio.CancelScope, asyncio.AbstractEventLoop | None] | None = None
+        self._scopes: dict[Cancellable, asyncio.AbstractEventLoop | None] | None = None
         self._children: dict[CancellationToken, None] | None = None
         if parent is not None:
             parent._adopt(self)
@@ -93,7 +101,7 @@ class CancellationToken:
             event = self._event
         return event.wait(timeout)
 
-    def attach(self, scope: anyio.CancelScope) -> None:
+    def attach(self, scope: Cancellable) -> None:
         """Cancel ``scope`` when this token is cancelled, until ``detach``."""
         try:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -107,7 +115,7 @@ class CancellationToken:
         if already:
             scope.cancel()
 
-    def detach(self, scope: anyio.CancelScope) -> None:
+    def detach(self, scope: Cancellable) -> None:
         with _LOCK:
             if self._scopes is not None:
                 self._scopes.pop(scope, None)
@@ -137,7 +145,7 @@ class CancellationToken:
                 self._children.pop(child, None)
 
 
-def _cancel_scope(scope: anyio.CancelScope, loop: asyncio.AbstractEventLoop | None) -> None:
+def _cancel_scope(scope: Cancellable, loop: asyncio.AbstractEventLoop | None) -> None:
     try:
         running = asyncio.get_running_loop()
     except RuntimeError:

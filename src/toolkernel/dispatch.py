@@ -42,13 +42,36 @@ class ToolOutput:
     artifacts: tuple[ArtifactRef, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
 class Invocation:
-    """One authorized call, as an adapter receives it."""
+    """One authorized call, as an adapter receives it.
 
-    tool: RegisteredTool
-    arguments: Mapping[str, Any]
-    context: ToolContext
+    Pass the ``context``, or ``make_context`` to build it on first use: most native
+    tools never ask for theirs, and building it is a measurable part of a call.
+    """
+
+    __slots__ = ("_context", "_make_context", "arguments", "tool")
+
+    def __init__(
+        self,
+        tool: RegisteredTool,
+        arguments: Mapping[str, Any],
+        context: ToolContext | None = None,
+        *,
+        make_context: Callable[[], ToolContext] | None = None,
+    ) -> None:
+        if (context is None) == (make_context is None):
+            raise TypeError("pass exactly one of context and make_context")
+        self.tool = tool
+        self.arguments = arguments
+        self._context = context
+        self._make_context = make_context
+
+    @property
+    def context(self) -> ToolContext:
+        if self._context is None:
+            assert self._make_context is not None
+            self._context = self._make_context()
+        return self._context
 
 
 @dataclass(slots=True)
@@ -225,15 +248,11 @@ async def _attempt(
 ) -> Outcome:
     name = invocation.tool.name
     try:
-        # One scope carries both the deadline and the token: cheaper than nesting a
-        # fail_after inside a token scope, and the cause is told apart afterwards.
-        with anyio.CancelScope(deadline=anyio.current_time() + timeout_s) as scope:
-            token.attach(scope)
-            try:
-                output = await adapter.invoke(invocation)
-            finally:
-                token.detach(scope)
-        if scope.cancelled_caught:
+        if sniffio.current_async_library() == "asyncio":
+            output = await _guarded_asyncio(adapter, invocation, token, timeout_s)
+        else:
+            output = await _guarded(adapter, invocation, token, timeout_s)
+        if output is _STOPPED:
             if token.reason is not None:
                 return _from_code(token.reason, tool=name)
             return _from_code(ErrorCode.TIMEOUT, tool=name, seconds=f"{timeout_s:g}")
@@ -267,6 +286,87 @@ async def _attempt(
             Status.SUCCEEDED, message=output.summary, output=output.data, artifacts=output.artifacts
         )
     return Outcome(Status.SUCCEEDED, output=output)
+
+
+_STOPPED: Any = object()  # the deadline passed or the token cancelled the call
+
+
+async def _guarded(
+    adapter: Adapter, invocation: Invocation, token: CancellationToken, timeout_s: float
+) -> Any:
+    """The adapter's output, or ``_STOPPED``, under an anyio scope (any backend)."""
+    # One scope carries both the deadline and the token: cheaper than nesting a
+    # fail_after inside a token scope, and the cause is told apart afterwards.
+    with anyio.CancelScope(deadline=anyio.current_time() + timeout_s) as scope:
+        token.attach(scope)
+        try:
+            output = await adapter.invoke(invocation)
+        finally:
+            token.detach(scope)
+    return _STOPPED if scope.cancelled_caught else output
+
+
+class _TaskWatch:
+    """Cancels one asyncio task for its deadline or its token, and remembers it did."""
+
+    __slots__ = ("_task", "done", "fired")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self._task = task
+        self.fired = False
+        self.done = False  # the attempt is over: a late timer or token must not touch it
+
+    def cancel(self) -> None:
+        if not (self.fired or self.done):
+            self.fired = True
+            self._task.cancel()
+
+
+async def _guarded_asyncio(
+    adapter: Adapter, invocation: Invocation, token: CancellationToken, timeout_s: float
+) -> Any:
+    """``_guarded`` on asyncio, at a fraction of an anyio scope's cost.
+
+    The deadline and the token cancel the task itself; the cancellation is taken back
+    with ``uncancel`` exactly as ``asyncio.timeout`` does, so a cancellation from
+    outside (an enclosing scope, the caller) still propagates.
+    """
+    task = asyncio.current_task()
+    if task is None:  # not inside a task: only the generic scope can help
+        return await _guarded(adapter, invocation, token, timeout_s)
+    loop = task.get_loop()
+    watch = _TaskWatch(task)
+    cancelling = task.cancelling()
+    timer = loop.call_at(loop.time() + timeout_s, watch.cancel)
+    try:
+        token.attach(watch)
+        output = await adapter.invoke(invocation)
+    except asyncio.CancelledError:
+        if watch.fired and task.uncancel() <= cancelling:
+            return _STOPPED
+        raise
+    finally:
+        watch.done = True
+        timer.cancel()
+        token.detach(watch)
+    if watch.fired:
+        await _take_back(task, cancelling)
+    return output
+
+
+async def _take_back(task: asyncio.Task[Any], cancelling: int) -> None:
+    """Withdraw a cancellation requested from inside the task's own step (the token was
+    already cancelled, or the tool cancelled it) when the tool returned without
+    awaiting or swallowed it. Like an anyio scope that caught nothing, the output
+    stands."""
+    try:
+        await asyncio.sleep(0)
+    except asyncio.CancelledError:
+        if task.uncancel() > cancelling:
+            raise  # someone else cancelled this task too
+    else:
+        if task.cancelling() > cancelling:
+            task.uncancel()
 
 
 async def _backoff(delay_s: float, token: CancellationToken) -> bool:

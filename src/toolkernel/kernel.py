@@ -292,9 +292,9 @@ class Kernel:
         **fields: Any,
     ) -> ToolCallResult:
         """Propose one call and return its result (never raises for a bad proposal)."""
-        results = await self.call_many(
-            run, [ToolCall(tool_name, arguments, **fields)], on_progress=on_progress
-        )
+        call = ToolCall(tool_name, arguments, **fields)
+        exclusive = _is_exclusive(self.registry, call)
+        results = await self._run_batch(run, [call], exclusive, on_progress)
         return results[0]
 
     async def call_many(
@@ -474,21 +474,23 @@ class Kernel:
             if on_progress is not None:
                 on_progress(call_id, progress, total, message)
 
-        context = ToolContext(
-            run_id=run.id,
-            tool_call_id=call_id,
-            workspace=self.guard.workspace,
-            token=token,
-            notes=MappingProxyType(run.notes),
-            report_progress=report,
-            kernel=self,
-            run=run,
-        )
-        adapter = self.adapters[admitted.tool.definition.execution_mode]
-        try:
-            return await dispatch(
-                adapter, Invocation(admitted.tool, admitted.request.arguments or {}, context), token
+        def make_context() -> ToolContext:
+            return ToolContext(
+                run_id=run.id,
+                tool_call_id=call_id,
+                workspace=self.guard.workspace,
+                token=token,
+                notes=MappingProxyType(run.notes),
+                report_progress=report,
+                kernel=self,
+                run=run,
             )
+
+        adapter = self.adapters[admitted.tool.definition.execution_mode]
+        arguments = admitted.request.arguments or {}
+        invocation = Invocation(admitted.tool, arguments, make_context=make_context)
+        try:
+            return await dispatch(adapter, invocation, token)
         finally:
             run.calls.pop(call_id, None)
             run.token.release(token)
@@ -826,15 +828,18 @@ def _segments(registry: Registry, calls: Sequence[ToolCall]) -> list[tuple[bool,
     """Split a turn into parallel READ_ONLY runs and single exclusive calls, in order."""
     segments: list[tuple[bool, list[ToolCall]]] = []
     for call in calls:
-        tool = registry.find(call.tool_name, call.version)
-        exclusive = tool is not None and (
-            tool.definition.concurrency_group is not ConcurrencyGroup.READ_ONLY
-        )
+        exclusive = _is_exclusive(registry, call)
         if not exclusive and segments and not segments[-1][0]:
             segments[-1][1].append(call)
         else:
             segments.append((exclusive, [call]))
     return segments
+
+
+def _is_exclusive(registry: Registry, call: ToolCall) -> bool:
+    """Whether the call must run alone (anything but READ_ONLY; unknown tools are not)."""
+    tool = registry.find(call.tool_name, call.version)
+    return tool is not None and tool.definition.concurrency_group is not ConcurrencyGroup.READ_ONLY
 
 
 def _result_payload(

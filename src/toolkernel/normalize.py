@@ -112,7 +112,9 @@ def redact(outcome: Outcome, fin: Finishing) -> Outcome:
     outcome.output = redactor.redact(outcome.output, counts)
     if counts:
         fin.redactions.extend(_notices(counts, "structuredOutput"))
-    withheld = Counter[str]()
+    if not fin.redactions:
+        return outcome
+    withheld: Counter[str] = Counter()
     for notice in fin.redactions:
         if notice.kind != "workspace-path":  # made relative, not withheld
             withheld[notice.kind] += notice.count

@@ -22,12 +22,13 @@ Only ``opentelemetry-api`` is used, and it is optional (the ``tracing`` extra): 
 it is not installed every function here does nothing. When it is installed but the
 application configured no tracer provider (the API's default proxy, or the no-op
 provider), ``record_tool_span`` returns at once: nothing is emitted, and a call pays
-about two microseconds. Install ``opentelemetry-sdk`` and set a provider with an
+a fraction of a microsecond. Install ``opentelemetry-sdk`` and set a provider with an
 exporter to receive the spans.
 """
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, Final
 
 from toolkernel.calls import ToolCallRequest, ToolCallResult
@@ -49,6 +50,16 @@ INSTRUMENTATION_NAME: Final = "toolkernel"
 _SUCCESS: Final = frozenset({Status.SUCCEEDED, Status.PARTIAL})
 _TRACEPARENT: Final = "traceparent"
 _W3C: Final = TraceContextTextMapPropagator() if trace is not None else None
+
+# ``trace.get_tracer_provider()`` looks up an environment variable on every call, which
+# cost more than the rest of a skipped span. The API keeps the configured provider in
+# a module global that stays None until ``set_tracer_provider`` runs (or the
+# environment names a provider, which the API loads on first use: then the full
+# lookup runs every time). Reading the module's namespace live sees every change.
+_OTEL_GLOBALS: Final[dict[str, Any]] = vars(trace) if trace is not None else {}
+_FAST_CHECK: Final = "_TRACER_PROVIDER" in _OTEL_GLOBALS and (
+    "OTEL_PYTHON_TRACER_PROVIDER" not in os.environ
+)
 
 
 def record_tool_span(
@@ -73,6 +84,8 @@ def record_tool_span(
     """
     if trace is None or _W3C is None:
         return
+    if tracer_provider is None and _FAST_CHECK and _OTEL_GLOBALS["_TRACER_PROVIDER"] is None:
+        return  # no provider configured (the API's default proxy): nothing to emit
     provider = tracer_provider or trace.get_tracer_provider()
     if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
         return  # no provider configured: every span would be a no-op, so skip the work
