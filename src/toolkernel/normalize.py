@@ -40,6 +40,8 @@ class Finishing:
     artifacts: ArtifactStore
     redactor: Redactor
     redactions: list[RedactionNotice] = field(default_factory=list)
+    # The canonical JSON of the output as it stands; a stage that changes the output
+    # clears it. The artifact store and the RESULT event reuse it.
     encoded: bytes | None = None
 
 
@@ -67,6 +69,7 @@ def normalize(outcome: Outcome, fin: Finishing) -> Outcome:
 
 
 def _contract_violation(outcome: Outcome, fin: Finishing, why: str) -> Outcome:
+    fin.encoded = None
     internal = {**outcome.internal, "contractViolation": why}
     return Outcome(
         Status.FAILED,
@@ -92,6 +95,7 @@ def artifactize(outcome: Outcome, fin: Finishing) -> Outcome:
     )
     outcome.artifacts = (*outcome.artifacts, ref)
     outcome.output = shrink(outcome.output, budget)
+    fin.encoded = None
     if outcome.status is Status.SUCCEEDED:
         outcome.status = Status.PARTIAL
         outcome.code = ErrorCode.OUTPUT_TRUNCATED
@@ -112,6 +116,7 @@ def redact(outcome: Outcome, fin: Finishing) -> Outcome:
     outcome.output = redactor.redact(outcome.output, counts)
     if counts:
         fin.redactions.extend(_notices(counts, "structuredOutput"))
+        fin.encoded = None
     if not fin.redactions:
         return outcome
     withheld: Counter[str] = Counter()

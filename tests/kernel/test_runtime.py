@@ -133,6 +133,27 @@ async def test_large_output_becomes_an_artifact_and_a_partial_projection(kernel_
     assert small.artifacts == ()
 
 
+async def test_output_that_breaks_its_contract_is_not_kept_as_an_artifact(kernel_factory):
+    kernel = kernel_factory()
+
+    strings = {"type": "array", "items": {"type": "string"}}
+
+    @tool("data.liar", idempotent=True, max_output_bytes=1024, output_schema=strings)
+    def liar() -> list[int]:
+        """Promise strings, return numbers, far over the output budget."""
+        return [123456789] * 2000
+
+    kernel.register(liar)
+    run = kernel.start_run()
+    result = await kernel.call(run, "data.liar", {})
+    assert (result.status, result.error_code) == (
+        Status.FAILED,
+        ErrorCode.OUTPUT_CONTRACT_VIOLATION,
+    )
+    assert result.structured_output is None
+    assert result.artifacts == ()
+
+
 async def test_known_secret_and_host_paths_never_reach_the_projection(kernel_factory, workspace):
     secret = "ghp_" + "Z" * 36
     kernel = kernel_factory(secrets=[secret])
