@@ -130,8 +130,8 @@ class _Journal:
             events, self._events = self._events, []
             # append_batch: one transaction, like append, without returning the stored
             # events, which building cost more than the rest of the append's Python.
-            self._ledger.append_batch([(self._run_id, events)])
-        if durable:
+            self._ledger.append_batch([(self._run_id, events)], durable=durable)
+        elif durable:
             self._ledger.sync()
 
 

@@ -48,6 +48,68 @@ def test_sync_waits_until_everything_is_stored(tmp_path: Path):
     ledger.close()
 
 
+def test_appends_and_syncs_racing_from_many_threads_keep_order_and_are_stored(
+    tmp_path: Path,
+):
+    # sync stores in the calling thread while the writer stores too: whoever takes the
+    # queue stores it before anyone else may take more, so no batch overtakes another.
+    path = tmp_path / "l.db"
+    ledger = GroupCommitLedger(SqliteLedger(path))
+    missing: list[tuple[str, int]] = []
+
+    def work(run: str) -> None:
+        with SqliteLedger(path) as reader:
+            for n in range(150):
+                ledger.append(run, [request(n)])
+                if n % 7 == 0:
+                    ledger.sync()
+                    if len(reader.events(run)) != n + 1:
+                        missing.append((run, n))
+
+    threads = [threading.Thread(target=work, args=(f"run-{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert missing == []  # after sync, another connection sees every earlier append
+    for i in range(4):
+        assert [e.payload["n"] for e in ledger.events(f"run-{i}")] == list(range(150))
+    assert ledger.verify().ok
+    ledger.close()
+
+
+class WriterGate(SqliteLedger):
+    """Holds the writer thread inside its store until the test opens the gate."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.writer_inside = threading.Event()
+        self.open = threading.Event()
+
+    def append_batch(self, batches: Sequence[tuple[str, Sequence[NewEvent]]]) -> None:
+        if threading.current_thread().name == "toolkernel-ledger":
+            self.writer_inside.set()
+            assert self.open.wait(5)
+        super().append_batch(batches)
+
+
+def test_sync_waits_for_the_writers_batch_instead_of_overtaking_it(tmp_path: Path):
+    inner = WriterGate(tmp_path / "l.db")
+    ledger = GroupCommitLedger(inner)
+    ledger.append("r", [request(1)])
+    assert inner.writer_inside.wait(5)  # the writer holds request 1, not yet stored
+    ledger.append("r", [request(2)])
+    syncing = threading.Thread(target=ledger.sync)
+    syncing.start()
+    syncing.join(0.2)
+    assert syncing.is_alive()  # it may not store request 2 before request 1
+    inner.open.set()
+    syncing.join(5)
+    assert not syncing.is_alive()
+    assert [e.payload["n"] for e in inner.events("r")] == [1, 2]
+    ledger.close()
+
+
 def test_close_stores_what_is_queued(tmp_path: Path):
     path = tmp_path / "l.db"
     ledger = GroupCommitLedger(SqliteLedger(path))

@@ -267,8 +267,13 @@ class Ledger(abc.ABC):
     def close(self) -> None:
         """Release the storage. Closing twice is harmless."""
 
-    def append_batch(self, batches: Sequence[tuple[str, Sequence[NewEvent]]]) -> None:
+    def append_batch(
+        self, batches: Sequence[tuple[str, Sequence[NewEvent]]], *, durable: bool = False
+    ) -> None:
         """Append several runs' events; backends that can make it one transaction do.
+
+        With ``durable``, return only once they are stored. Ledgers whose ``append``
+        stores before returning always do; a ledger that defers storing stores them now.
 
         Raises:
             LedgerError: what was not stored (the default appends run by run).

@@ -2,10 +2,15 @@
 
 ``GroupCommitLedger`` wraps a ledger whose ``append`` stores before returning. Calls to
 ``append`` queue the events and return; one writer thread stores everything queued
-so far in one transaction, so many calls share one commit. ``sync`` waits until
+so far in one transaction, so many calls share one commit. ``sync`` returns once
 everything appended before it is stored — the kernel calls it wherever the pipeline
 needs events on disk before going on (a human is asked, a call that can change
-things starts, such a call's result is returned). Reads sync first.
+things starts, such a call's result is returned). ``sync`` stores what is queued in
+the calling thread itself rather than waiting for the writer to wake up: a durable
+step costs one commit, as without group commit. Reads sync first.
+
+Whoever stores (the writer or a syncing caller) takes the queue and stores it while
+holding one lock, so batches reach the inner ledger in the order they were appended.
 
 The trade: a READ_ONLY call can return to the model before its events are stored;
 if the process dies in that window (typically well under a millisecond), those
@@ -18,7 +23,6 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Sequence
-from typing import Final
 
 from toolkernel.errors import LedgerError
 from toolkernel.ledger.base import Event, Ledger, NewEvent, RunSummary, VerifyReport
@@ -27,7 +31,6 @@ __all__ = ["GroupCommitLedger"]
 
 
 _Batch = tuple[str, Sequence[NewEvent]]
-_CLOSE: Final = ("", ())  # queued by close: the writer stores what came before, then stops
 
 
 class GroupCommitLedger(Ledger):
@@ -39,13 +42,13 @@ class GroupCommitLedger(Ledger):
 
     def __init__(self, inner: Ledger) -> None:
         self._inner = inner
-        # An append is a lock, a check and a put; the writer blocks in ``get`` and is
-        # woken by the put. Only ``sync`` and the writer's progress use the Condition.
+        # An append is a lock, a list append and a put; the put only wakes the writer.
+        # The queued batches live in ``_pending``, which only a holder of ``_storing``
+        # takes, so a syncing caller and the writer never store out of order.
         self._lock = threading.Lock()
-        self._queue: queue.SimpleQueue[_Batch] = queue.SimpleQueue()
-        self._changed = threading.Condition()
-        self._submitted = 0
-        self._stored = 0
+        self._pending: list[_Batch] = []
+        self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._storing = threading.Lock()
         self._error: LedgerError | None = None
         self._closing = False
         self._writer = threading.Thread(target=self._write, name="toolkernel-ledger", daemon=True)
@@ -57,20 +60,41 @@ class GroupCommitLedger(Ledger):
         Raises:
             LedgerError: an earlier batch could not be stored, or the ledger is closed.
         """
-        batch = (run_id, list(events))
-        with self._lock:
-            self._check()
-            self._submitted += 1
-            self._queue.put(batch)
+        self.append_batch([(run_id, events)])
         return []
 
+    def append_batch(
+        self, batches: Sequence[tuple[str, Sequence[NewEvent]]], *, durable: bool = False
+    ) -> None:
+        """Queue several runs' events; with ``durable``, store them (and what was queued
+        before) in the calling thread before returning, without waking the writer.
+
+        Raises:
+            LedgerError: the events could not be stored, or an earlier batch could not.
+        """
+        queued = [(run_id, list(events)) for run_id, events in batches]
+        if not durable:
+            with self._lock:
+                self._check()
+                self._pending.extend(queued)
+            self._wake.put(None)
+            return
+        with self._storing:
+            with self._lock:
+                self._check()
+                self._pending.extend(queued)
+            self._store_pending()
+        self._raise_error()
+
     def sync(self) -> None:
-        target = self._submitted  # every append that returned before this call
-        with self._changed:
-            while self._stored < target and self._error is None:
-                self._changed.wait()
-            if self._error is not None:
-                raise self._error
+        """Store what is queued, here and now, unless the writer is already storing it.
+
+        Raises:
+            LedgerError: something appended earlier could not be stored.
+        """
+        with self._storing:
+            self._store_pending()
+        self._raise_error()
 
     def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
         self.sync()
@@ -97,12 +121,16 @@ class GroupCommitLedger(Ledger):
         with self._lock:
             already = self._closing
             self._closing = True
-            if not already:
-                self._queue.put(_CLOSE)
         if not already:
+            self._wake.put(None)
             self._writer.join()
+            with self._storing:
+                self._store_pending()  # appends that raced with close
             self._inner.close()
-        with self._changed:
+        self._raise_error()
+
+    def _raise_error(self) -> None:
+        with self._lock:
             if self._error is not None:
                 raise self._error
 
@@ -113,29 +141,25 @@ class GroupCommitLedger(Ledger):
             raise LedgerError("the ledger is closed")
 
     def _write(self) -> None:
-        closing = False
-        while not closing:
-            batch = [self._queue.get()]
-            # Everything queued meanwhile goes into the same transaction.
-            while True:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            if batch[-1] is _CLOSE:
-                batch.pop()  # close is queued last: nothing can follow it
-                closing = True
-            if not batch:
-                continue
-            try:
-                self._inner.append_batch(batch)
-            except Exception as exc:  # noqa: BLE001 - reported to every later caller
-                error = exc if isinstance(exc, LedgerError) else LedgerError(str(exc))
-                with self._changed:
-                    self._error = LedgerError(f"{len(batch)} queued appends were lost: {error}")
-                    self._error.__cause__ = exc
-                    self._changed.notify_all()
+        while True:
+            self._wake.get()
+            with self._storing:
+                self._store_pending()
+            with self._lock:
+                if self._error is not None or (self._closing and not self._pending):
+                    return
+
+    def _store_pending(self) -> None:
+        """Store everything queued in one transaction (the caller holds ``_storing``)."""
+        with self._lock:
+            batch, self._pending = self._pending, []
+            if not batch or self._error is not None:
                 return
-            with self._changed:
-                self._stored += len(batch)
-                self._changed.notify_all()
+        try:
+            self._inner.append_batch(batch)
+        except Exception as exc:  # noqa: BLE001 - reported to every later caller
+            error = exc if isinstance(exc, LedgerError) else LedgerError(str(exc))
+            with self._lock:
+                self._error = LedgerError(f"{len(batch)} queued appends were lost: {error}")
+                self._error.__cause__ = exc
+            return
