@@ -15,6 +15,10 @@ and one event loop:
   The server is untrusted (the default), so each call is an EXTERNAL_MUTATION whose
   REQUEST/STARTED are stored before it runs;
 * **bridged, group commit**: the same with ``ledger.commit = "group"``;
+* **bridged, trusted**: the server marked ``trust = "trusted"``, so its annotations
+  are believed: a tool with ``readOnlyHint`` (server-everything's ``echo``) is
+  READ_ONLY and its three events go in one commit after the call. Tools without the
+  hint stay mutating, as untrusted ones;
 * **kernel + native tool → SDK client**: a NATIVE async tool that calls the direct
   client, through the same kernel: the governed path without the bridge, so the
   difference to the bridged row is the bridge's own translation cost.
@@ -51,7 +55,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from toolkernel.codes import Status
 from toolkernel.config import Config, LedgerConfig
-from toolkernel.definition import ToolDefinition
+from toolkernel.definition import ToolDefinition, TrustLevel
 from toolkernel.exposure import ExposureRule
 from toolkernel.kernel import Kernel
 from toolkernel.mcp import McpBridge, ServerConfig
@@ -108,6 +112,7 @@ async def measure(calls: int, rounds: int) -> list[tuple[str, list[Row]]]:
             root = Path(tmp) / f"s{index}"
             (root / "each").mkdir(parents=True)
             (root / "group").mkdir()
+            (root / "trusted").mkdir()
             async with AsyncExitStack() as stack:
                 rows = await rows_for(stack, root, argv, tool, args)
                 await run_rows(rows, calls, rounds)
@@ -121,10 +126,12 @@ async def rows_for(
     devnull = stack.enter_context(Path(os.devnull).open("w"))  # noqa: SIM115 - the stack closes it
     params = StdioServerParameters(command=argv[0], args=list(argv[1:]))
     direct = await stack.enter_async_context(Client(params, mode="legacy", cache=None))
-    server = ServerConfig(name="peer", command=argv)
+    untrusted = ServerConfig(name="peer", command=argv)
+    trusted = ServerConfig(name="peer", command=argv, trust=TrustLevel.TRUSTED)
     each = stack.enter_context(kernel_for(root / "each"))
     group = stack.enter_context(kernel_for(root / "group", "group"))
-    for kernel in (each, group):
+    believed = stack.enter_context(kernel_for(root / "trusted"))
+    for kernel, server in ((each, untrusted), (group, untrusted), (believed, trusted)):
         bridge = await stack.enter_async_context(McpBridge(kernel, [server], errlog=devnull))
         await bridge.connect_all()
 
@@ -149,7 +156,7 @@ async def rows_for(
         ),
         relay,
     )
-    runs = {id(k): k.start_run(profile="full") for k in (each, group)}
+    runs = {id(k): k.start_run(profile="full") for k in (each, group, believed)}
 
     async def call_direct() -> None:
         result = await direct.call_tool(tool, args)
@@ -168,6 +175,7 @@ async def rows_for(
         Row("direct SDK client", call_direct),
         Row("bridged (untrusted, SQLite each-commit)", through(each, f"peer.{tool}")),
         Row("bridged (untrusted, SQLite group commit)", through(group, f"peer.{tool}")),
+        Row("bridged (trusted, SQLite each-commit)", through(believed, f"peer.{tool}")),
         Row("kernel + native tool → SDK client", through(each, "native.relay")),
     ]
 
