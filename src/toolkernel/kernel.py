@@ -177,6 +177,7 @@ class Kernel:
         self.processors = tuple(processors)
         self._inflight: dict[tuple[str, str], _Inflight] = {}
         self._generation = 0
+        self._tool_listeners: list[Callable[[], None]] = []
         self._provider_names: dict[str, str] = {}  # provider spelling -> tool name
         self._received: dict[str, int] = {}  # call id -> time.time_ns() it arrived
         self._argument_checks: dict[str, ArgumentCheck] = {}
@@ -223,13 +224,24 @@ class Kernel:
             raise DefinitionError(
                 name, "name", f"collides with '{other}' as provider tool name '{spelled}'"
             )
-        self._generation += 1
+        self._tools_changed()
         return registered
 
     def unregister(self, name: str, version: str | None = None) -> None:
         """Withdraw a tool (one version, or all): it is neither shown nor callable."""
         self.registry.unregister(name, version)
+        self._tools_changed()
+
+    def on_tools_changed(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` each time a tool is registered or withdrawn (in the thread
+        that changed it); returns the function that stops it."""
+        self._tool_listeners.append(listener)
+        return lambda: self._tool_listeners.remove(listener)
+
+    def _tools_changed(self) -> None:
         self._generation += 1
+        for listener in list(self._tool_listeners):
+            listener()
 
     def add_checks(
         self,

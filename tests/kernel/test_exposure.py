@@ -6,6 +6,7 @@ import pytest
 
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.context import ApprovalState, RunState, VerificationStatus
+from toolkernel.functions import tool
 from toolkernel.ledger import EventType
 
 pytestmark = pytest.mark.anyio
@@ -145,3 +146,22 @@ async def test_call_without_version_gets_the_newest_and_unknown_versions_are_den
     missing = await kernel.call(run, "repo.count", version="9.9")
     assert missing.error_code is ErrorCode.UNKNOWN_VERSION
     assert "1.0, 2.0" in missing.safe_message
+
+
+def test_listeners_hear_of_every_tool_registered_or_withdrawn_until_they_stop(
+    kernel_factory,
+):
+    kernel = kernel_factory()
+    heard: list[bool] = []
+    stop = kernel.on_tools_changed(lambda: heard.append(kernel.registry.find("x.y") is not None))
+
+    @tool("x.y", idempotent=True)
+    def xy() -> str:
+        """A tool that comes and goes."""
+        return "xy"
+
+    kernel.register(xy)
+    kernel.unregister("x.y")
+    stop()
+    kernel.register(xy)
+    assert heard == [True, False]  # each change seen after it happened; none after stop

@@ -67,3 +67,55 @@ def test_a_bridged_tool_is_listed_called_and_governed_through_the_gateway(
         assert started[0].payload["executionMode"] == "REMOTE_MCP"
 
     anyio.run(main)
+
+
+FIXTURE_SERVER = Path(__file__).parent / "fixtures" / "fixture_server.py"
+
+CHANGING_CONFIG = f"""\
+[run]
+profile = "full"
+
+[policy]
+network = "allow"
+
+[policy.approval]
+external = "allow"
+destructive = "allow"
+
+[[exposure]]
+tools = ["*"]
+
+[[mcp.servers]]
+name = "fx"
+command = ["{PYTHON}", "{FIXTURE_SERVER}", "--desc-file", "DESC"]
+"""
+
+
+def test_clients_are_told_when_a_bridged_server_changes_its_tools(tmp_path: Path) -> None:
+    desc = tmp_path / "desc.txt"
+    desc.write_text("Returns ok.")
+    config = CHANGING_CONFIG.replace("DESC", str(desc))
+    workspace = make_workspace(tmp_path / "ws", config=config)
+    told = anyio.Event()
+
+    async def on_message(message: object) -> None:
+        if getattr(message, "method", None) == "notifications/tools/list_changed":
+            told.set()
+
+    async def main() -> None:
+        async with stdio_client(workspace, mode="legacy", message_handler=on_message) as client:
+            capabilities = client.server_capabilities
+            before = {tool.name for tool in (await client.list_tools()).tools}
+            desc.write_text("Returns ok, politely.")  # a new definition: held until approved
+            notified = await client.call_tool("fx.notify", {})
+            await told.wait()  # the whole session is bounded by the harness
+            after = {tool.name for tool in (await client.list_tools()).tools}
+        assert capabilities is not None
+        assert capabilities.tools is not None
+        assert capabilities.tools.list_changed is True
+        assert notified.is_error is False
+        assert {"fx.changing", "fx.echo"} <= before
+        assert "fx.changing" not in after
+        assert "fx.echo" in after
+
+    anyio.run(main)

@@ -8,6 +8,8 @@
                ◀─────────────  CallToolResult               (gateway_render)
                ──notifications/cancelled──▶ run.cancel_call(id, USER_CANCELLED)
                ◀──notifications/progress── on_progress      (when a progressToken was sent)
+               ◀──notifications/tools/list_changed── a tool registered or withdrawn
+                                                    (a bridged server changed its tools)
 
 One run per client session: per process over stdio, per ``Mcp-Session-Id`` over
 streamable HTTP. Refusals and failures are tool results with ``isError``, never
@@ -40,6 +42,7 @@ import anyio.from_thread
 import anyio.lowlevel
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
+from mcp.server.lowlevel import NotificationOptions
 from mcp.server.stdio import stdio_server
 
 from toolkernel.approval import Approver
@@ -81,6 +84,9 @@ MAX_RUNS: Final = 256
 PROGRESS_BUFFER: Final = 64
 """Progress updates waiting to be sent; more are dropped (progress is best-effort)."""
 
+ANNOUNCE_TIMEOUT_S: Final = 5.0
+"""How long telling one client that the tools changed may take before it is skipped."""
+
 _BACKLOG: Final = 128
 _STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 
@@ -113,6 +119,9 @@ class Gateway:
     def __init__(self, kernel: Kernel) -> None:
         self.kernel = kernel
         self._runs: OrderedDict[str, Run] = OrderedDict()
+        # Per session that listed tools, the session object of its last tools/list:
+        # told when the tools change (it notifies over the connection, not the request).
+        self._listeners: OrderedDict[str, Any] = OrderedDict()
 
     def run_for(self, ctx: _Context) -> Run:
         """The run of the request's session, started on first use."""
@@ -133,6 +142,11 @@ class Gateway:
         self, ctx: _Context, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         run = self.run_for(ctx)
+        key = _session_key(ctx)
+        self._listeners[key] = ctx.session
+        self._listeners.move_to_end(key)
+        if len(self._listeners) > MAX_RUNS:
+            self._listeners.popitem(last=False)
         definitions = self.kernel.expose(run)
         return types.ListToolsResult(
             tools=[render_tool(d) for d in definitions], _meta={RUN_META: run.id}
@@ -214,6 +228,37 @@ class Gateway:
                         relay.close()
         return result
 
+    async def announce_changes(self) -> None:
+        """Until cancelled: send ``notifications/tools/list_changed`` to every session
+        that listed tools, each time the kernel's tools change (a bridged server added,
+        changed or withdrew one). Changes that come together make one notification."""
+        loop = anyio.lowlevel.current_token()
+        loop_thread = threading.get_ident()
+        changed = [anyio.Event()]
+
+        def mark() -> None:
+            if threading.get_ident() == loop_thread:
+                changed[0].set()
+            else:  # a tool registered from another thread
+                with suppress(RuntimeError):  # the loop is gone: nobody to tell
+                    anyio.from_thread.run_sync(changed[0].set, token=loop)
+
+        stop = self.kernel.on_tools_changed(mark)
+        try:
+            while True:
+                await changed[0].wait()
+                changed[0] = anyio.Event()
+                await anyio.lowlevel.checkpoint()  # let a burst of changes finish first
+                for key, session in list(self._listeners.items()):
+                    with anyio.move_on_after(ANNOUNCE_TIMEOUT_S):
+                        try:
+                            await session.send_tool_list_changed()
+                        except Exception as exc:  # noqa: BLE001 - a gone client is no error
+                            _log.debug("tools/list_changed not delivered to %s: %s", key, exc)
+                            self._listeners.pop(key, None)
+        finally:
+            stop()
+
     def _approval_input(
         self, run: Run, name: str, arguments: dict[str, Any]
     ) -> types.InputRequiredResult | None:
@@ -271,10 +316,24 @@ class _ProgressRelay:
                     _log.debug("progress not delivered: %s", exc)
 
 
-def build_server(kernel: Kernel) -> Server[Any]:
-    """An MCP server (low-level SDK ``Server``) serving ``kernel``'s projected tools."""
-    gateway = Gateway(kernel)
-    return Server(
+class _GatewayServer(Server[Any]):
+    """The SDK's low-level server, advertising ``tools.listChanged`` to handshake-era
+    clients (stdio and stateful HTTP sessions alike)."""
+
+    def create_initialization_options(
+        self, notification_options: NotificationOptions | None = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        options = notification_options or NotificationOptions(tools_changed=True)
+        return super().create_initialization_options(options, *args, **kwargs)
+
+
+def build_server(kernel: Kernel, gateway: Gateway | None = None) -> Server[Any]:
+    """An MCP server (low-level SDK ``Server``) serving ``kernel``'s projected tools.
+
+    Run ``gateway.announce_changes()`` beside it to tell clients when the tools change.
+    """
+    gateway = gateway or Gateway(kernel)
+    return _GatewayServer(
         SERVER_NAME,
         version=_version(),
         title="toolkernel gateway",
@@ -321,12 +380,15 @@ async def _serve(
     port: int,
     extensions: Sequence[KernelExtension],
 ) -> None:
-    async with _extended(kernel, extensions):
-        server = build_server(kernel)
+    async with _extended(kernel, extensions), anyio.create_task_group() as group:
+        gateway = Gateway(kernel)
+        server = build_server(kernel, gateway)
+        group.start_soon(gateway.announce_changes)
         if transport == "stdio":
             await _serve_stdio(server, kernel)
         else:
             await _serve_http(server, host, port)
+        group.cancel_scope.cancel()
 
 
 async def _serve_stdio(server: Server[Any], kernel: Kernel) -> None:
