@@ -9,6 +9,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).parent / "gateway_fixtures"))
 
+from fixtures.bridge_support import FIXTURE_SERVER, OPEN_POLICY
 from gateway_harness import PYTHON, ledger_events, make_workspace, stdio_client
 
 from toolkernel.codes import ErrorCode
@@ -69,22 +70,7 @@ def test_a_bridged_tool_is_listed_called_and_governed_through_the_gateway(
     anyio.run(main)
 
 
-FIXTURE_SERVER = Path(__file__).parent / "fixtures" / "fixture_server.py"
-
-CHANGING_CONFIG = f"""\
-[run]
-profile = "full"
-
-[policy]
-network = "allow"
-
-[policy.approval]
-external = "allow"
-destructive = "allow"
-
-[[exposure]]
-tools = ["*"]
-
+CHANGING_SERVER = f"""
 [[mcp.servers]]
 name = "fx"
 command = ["{PYTHON}", "{FIXTURE_SERVER}", "--desc-file", "DESC"]
@@ -94,7 +80,7 @@ command = ["{PYTHON}", "{FIXTURE_SERVER}", "--desc-file", "DESC"]
 def test_clients_are_told_when_a_bridged_server_changes_its_tools(tmp_path: Path) -> None:
     desc = tmp_path / "desc.txt"
     desc.write_text("Returns ok.")
-    config = CHANGING_CONFIG.replace("DESC", str(desc))
+    config = OPEN_POLICY + CHANGING_SERVER.replace("DESC", str(desc))
     workspace = make_workspace(tmp_path / "ws", config=config)
     told = anyio.Event()
 
