@@ -301,12 +301,17 @@ class Kernel:
         arguments: str | bytes | Mapping[str, Any] | None = None,
         *,
         on_progress: ProgressListener | None = None,
+        approver: Approver | None = None,
         **fields: Any,
     ) -> ToolCallResult:
-        """Propose one call and return its result (never raises for a bad proposal)."""
+        """Propose one call and return its result (never raises for a bad proposal).
+
+        ``approver`` decides this call's approval instead of the kernel's ``approver``
+        (for example the user of the session the call came from).
+        """
         call = ToolCall(tool_name, arguments, **fields)
         exclusive = _is_exclusive(self.registry, call)
-        results = await self._run_batch(run, [call], exclusive, on_progress)
+        results = await self._run_batch(run, [call], exclusive, on_progress, approver)
         return results[0]
 
     async def call_many(
@@ -315,15 +320,17 @@ class Kernel:
         calls: Sequence[ToolCall],
         *,
         on_progress: ProgressListener | None = None,
+        approver: Approver | None = None,
     ) -> list[ToolCallResult]:
         """Run one model turn's calls under the concurrency rules; results in order.
 
         Consecutive READ_ONLY calls run in parallel (bounded by ``max_parallel_reads``);
-        every other call runs alone. The ledger follows the model's order.
+        every other call runs alone. The ledger follows the model's order. ``approver``
+        as in ``call``.
         """
         results: list[ToolCallResult] = []
         for exclusive, batch in _segments(self.registry, calls):
-            results.extend(await self._run_batch(run, batch, exclusive, on_progress))
+            results.extend(await self._run_batch(run, batch, exclusive, on_progress, approver))
         return results
 
     def call_sync(
@@ -356,11 +363,12 @@ class Kernel:
         batch: Sequence[ToolCall],
         exclusive: bool,
         on_progress: ProgressListener | None,
+        approver: Approver | None = None,
     ) -> list[ToolCallResult]:
         await run.gate.acquire(exclusive)
         journal = _Journal(self.ledger, run.id)
         try:
-            admissions = [await self._admit(run, call, journal) for call in batch]
+            admissions = [await self._admit(run, call, journal, approver) for call in batch]
             outcomes: list[Outcome | ToolCallResult | None] = [None] * len(admissions)
 
             async def execute(index: int, admitted: _Admitted | _Duplicate) -> None:
@@ -400,7 +408,9 @@ class Kernel:
 
     # -- the pipeline ----------------------------------------------------------------
 
-    async def _admit(self, run: Run, call: ToolCall, journal: _Journal) -> _Admission:
+    async def _admit(
+        self, run: Run, call: ToolCall, journal: _Journal, approver: Approver | None = None
+    ) -> _Admission:
         """REQUEST → lookup → parse → validate → idempotency → authorize → approval → STARTED."""
         received_ns = time.time_ns()
         parsed = parse_arguments(call.arguments, max_bytes=self.config.max_argument_bytes)
@@ -436,7 +446,9 @@ class Kernel:
 
         decision = self._authorize(run, tool, request, checked)
         if decision.allowed and decision.requires_approval:
-            decision = await self._approve(run, request, tool, decision, events, journal)
+            decision = await self._approve(
+                run, request, tool, decision, events, journal, approver or self.approver
+            )
         if not decision.allowed:
             code = decision.reason_code or ErrorCode.POLICY_ERROR
             result = ToolCallResult.from_code(call_id, code, message=decision.safe_message)
@@ -726,8 +738,9 @@ class Kernel:
         decision: Decision,
         events: list[NewEvent],
         journal: _Journal,
+        approver: Approver | None,
     ) -> Decision:
-        """Hold the call for approval: APPROVAL_REQUESTED, then the approver's answer."""
+        """Hold the call for approval: APPROVAL_REQUESTED, then ``approver``'s answer."""
         held = ApprovalRequest(
             run_id=run.id,
             tool_call_id=request.tool_call_id,
@@ -740,14 +753,14 @@ class Kernel:
         journal.write(events)
         journal.flush(durable=True)  # the hold is on disk before anyone is asked
         events.clear()
-        if self.approver is None:
+        if approver is None:
             return Decision(
                 False,
                 ErrorCode.APPROVAL_REQUIRED,
                 _approval_required_message(tool.name, decision.approval_reasons),
             )
         try:
-            answer = await ask(self.approver, held)
+            answer = await ask(approver, held)
         except Exception as exc:  # noqa: BLE001 - a broken approver must not approve
             answer = ApprovalDecision(False, "error", f"approver failed: {type(exc).__name__}")
         kind = EventType.APPROVAL_GRANTED if answer.approved else EventType.APPROVAL_DENIED

@@ -137,6 +137,27 @@ async def test_network_tool_runs_after_approval_and_the_approver_sees_full_argum
     ]
 
 
+async def test_a_calls_own_approver_decides_instead_of_the_kernels(kernel_factory, calls):
+    standing = RecordingApprover(approve=False, name="standing")
+    kernel = kernel_factory(NETWORK_ASK, approver=standing)
+    session_user = RecordingApprover(approve=True, name="session-user")
+    run = kernel.start_run()
+    mine = await kernel.call(
+        run, "web.fetch", {"url": "https://example.org/b"}, approver=session_user
+    )
+    theirs = await kernel.call(run, "web.fetch", {"url": "https://example.org/c"})
+    assert mine.status is Status.SUCCEEDED
+    assert (theirs.status, theirs.error_code) == (Status.DENIED, ErrorCode.APPROVAL_REJECTED)
+    assert [r.arguments["url"] for r in session_user.requests] == ["https://example.org/b"]
+    assert [r.arguments["url"] for r in standing.requests] == ["https://example.org/c"]
+    granted = [
+        e
+        for e in kernel.ledger.events(run.id)
+        if e.type is EventType.APPROVAL_GRANTED and e.tool_call_id == mine.tool_call_id
+    ]
+    assert granted[0].payload["approver"] == "session-user"
+
+
 async def test_network_denied_by_policy_is_refused(kernel_factory):
     kernel = kernel_factory(
         """

@@ -55,10 +55,8 @@ from toolkernel.mcp.gateway_approval import (
     APPROVAL_INPUT,
     AnsweredApprover,
     ElicitingApprover,
-    GatewayKernel,
     answer_binding,
     approval_form,
-    asking,
     how_to_approve,
 )
 from toolkernel.mcp.gateway_render import RUN_META, render_result, render_tool
@@ -112,8 +110,8 @@ class Gateway:
     """The MCP handlers over one kernel: runs per session, governed calls.
 
     Args:
-        kernel: the kernel to serve; a ``GatewayKernel`` lets approvals reach the
-            client's user, any other kernel keeps its own approver.
+        kernel: the kernel to serve. Without an approver of its own, calls that need
+            approval ask the user of the client they came from.
     """
 
     def __init__(self, kernel: Kernel) -> None:
@@ -157,10 +155,11 @@ class Gateway:
     ) -> types.CallToolResult | types.InputRequiredResult:
         run = self.run_for(ctx)
         arguments = params.arguments or {}
+        stop = CancellationToken()  # the client cancelled: stop waiting for its user
         approver: Approver | None = None
-        if _can_elicit(ctx):
+        if self.kernel.approver is None and _can_elicit(ctx):
             if ctx.session.can_send_request:
-                approver = ElicitingApprover(ctx.session, ctx.request_id)
+                approver = ElicitingApprover(ctx.session, ctx.request_id, stop)
             else:
                 answer = _approval_answer(params, arguments)
                 if answer is not None:
@@ -169,7 +168,7 @@ class Gateway:
                     needed = self._approval_input(run, params.name, arguments)
                     if needed is not None:
                         return needed
-        result = await self._governed(ctx, run, params.name, arguments, approver)
+        result = await self._governed(ctx, run, params.name, arguments, approver, stop)
         if (
             approver is None
             and result.status is Status.DENIED
@@ -188,6 +187,7 @@ class Gateway:
         name: str,
         arguments: dict[str, Any],
         approver: Approver | None,
+        stop: CancellationToken,
     ) -> ToolCallResult:
         """``kernel.call`` shielded from the client's cancel, which cancels the call instead.
 
@@ -196,7 +196,6 @@ class Gateway:
         runs shielded, and the interrupt becomes ``run.cancel_call(id, USER_CANCELLED)``.
         """
         call_id = new_id("call")
-        stop = CancellationToken()  # ends a wait for the user's answer
         done = anyio.Event()
         relay = _ProgressRelay(ctx) if _progress_token(ctx) is not None else None
 
@@ -212,7 +211,7 @@ class Gateway:
             group.start_soon(cancel_when_interrupted)
             if relay is not None:
                 group.start_soon(relay.forward)
-            with anyio.CancelScope(shield=True), asking(approver, stop):
+            with anyio.CancelScope(shield=True):
                 try:
                     result = await self.kernel.call(
                         run,
@@ -220,6 +219,7 @@ class Gateway:
                         arguments,
                         tool_call_id=call_id,
                         on_progress=relay.push if relay else None,
+                        approver=approver,
                         requested_by=_requester(ctx),
                     )
                 finally:
@@ -365,7 +365,7 @@ def serve(
     Raises:
         ToolkernelError: the configuration is invalid (ConfigError and the like).
     """
-    kernel = GatewayKernel.from_config(config_path, workspace=workspace)
+    kernel = Kernel.from_config(config_path, workspace=workspace)
     try:
         anyio.run(_serve, kernel, transport, host, port, [bridged, *extensions])
     finally:

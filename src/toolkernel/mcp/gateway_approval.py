@@ -1,9 +1,8 @@
 """Approval through the MCP client: the kernel asks the user of the current request.
 
-The kernel has one ``approver``. A gateway serves many requests at once, each from a
-client that may or may not be able to ask its user, so ``GatewayKernel.approver`` is
-resolved per request from a context variable the gateway sets around each
-``tools/call`` (``asking``):
+A gateway serves many requests at once, each from a client that may or may not be
+able to ask its user, so the gateway passes each ``tools/call`` its own approver
+(``kernel.call(..., approver=...)``), unless the kernel was given one of its own:
 
 * a handshake-era client that declared ``elicitation`` is asked with an
   ``elicitation/create`` form request showing the tool and its full arguments
@@ -20,10 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import anyio
@@ -32,19 +28,16 @@ from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError, NoBackChannelError
 from pydantic import ValidationError
 
-from toolkernel.approval import ApprovalDecision, ApprovalRequest, Approver
+from toolkernel.approval import ApprovalDecision, ApprovalRequest
 from toolkernel.cancel import CancellationToken
 from toolkernel.canonical import sha256_of
-from toolkernel.kernel import Kernel
 
 __all__ = [
     "APPROVAL_INPUT",
     "AnsweredApprover",
     "ElicitingApprover",
-    "GatewayKernel",
     "answer_binding",
     "approval_form",
-    "asking",
     "how_to_approve",
 ]
 
@@ -70,41 +63,6 @@ _FORM_SCHEMA: Final[dict[str, Any]] = {
     },
     "required": ["approve"],
 }
-
-
-@dataclass(slots=True)
-class _Asking:
-    approver: Approver | None
-    token: CancellationToken = field(default_factory=CancellationToken)
-
-
-_current: ContextVar[_Asking | None] = ContextVar("toolkernel_gateway_approver", default=None)
-
-
-class GatewayKernel(Kernel):
-    """A kernel whose ``approver`` is the current MCP request's (see ``asking``).
-
-    Outside a request it is the approver given at construction (none by default).
-    """
-
-    @property
-    def approver(self) -> Approver | None:
-        asking = _current.get()
-        return self._standing_approver if asking is None else asking.approver
-
-    @approver.setter
-    def approver(self, value: Approver | None) -> None:
-        self._standing_approver = value
-
-
-@contextmanager
-def asking(approver: Approver | None, token: CancellationToken) -> Iterator[None]:
-    """Use ``approver`` for the calls made in this context; ``token`` stops a wait."""
-    reset = _current.set(_Asking(approver, token))
-    try:
-        yield
-    finally:
-        _current.reset(reset)
 
 
 def approval_form(
@@ -140,16 +98,21 @@ def how_to_approve(tool: str) -> str:
 class ElicitingApprover:
     """Asks the client's user with an ``elicitation/create`` form request."""
 
-    def __init__(self, session: ServerSession, related_request_id: types.RequestId | None) -> None:
+    def __init__(
+        self,
+        session: ServerSession,
+        related_request_id: types.RequestId | None,
+        token: CancellationToken | None = None,
+    ) -> None:
         self._session = session
         self._related = related_request_id
+        self._token = token or CancellationToken()  # cancelled: stop waiting for the user
 
     async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
         form = approval_form(
             request.tool_name, request.tool_version, request.arguments, request.reasons
         )
-        asking_now = _current.get()
-        token = asking_now.token if asking_now else CancellationToken()
+        token = self._token
         answer: types.ElicitResult | None = None
         with anyio.move_on_after(APPROVAL_WAIT_S) as scope, token.watch(scope):
             try:
