@@ -403,8 +403,9 @@ class Kernel:
                 journal.flush()  # what was decided before an error is still recorded
             finally:
                 run.gate.release(exclusive)
-                for call_id in journal.call_ids:  # calls a cancellation cut short
+                for call_id in journal.call_ids:  # calls a cancellation cut short too
                     self._received.pop(call_id, None)
+                    run.finished(call_id)
 
     # -- the pipeline ----------------------------------------------------------------
 
@@ -485,7 +486,7 @@ class Kernel:
         if self.recorded is not None:
             return self.recorded.take(admitted.request)
         token = run.token.child()
-        run.calls[call_id] = token
+        run.started(call_id, token)
 
         def report(progress: float, total: float | None, message: str | None) -> None:
             admitted.progress.append(

@@ -53,6 +53,7 @@ class Run:
         self.reads = anyio.Semaphore(max_parallel_reads)
         self.gate = _ReadWriteGate()
         self.calls: dict[str, CancellationToken] = {}
+        self._early: dict[str, ErrorCode] = {}  # cancels asked for before the call ran
         self.projection_cache: tuple[Any, frozenset[str]] | None = None
 
     @property
@@ -83,13 +84,37 @@ class Run:
         """Cancel every call in flight in this run, and every later one."""
         self.token.cancel(reason)
 
-    def cancel_call(self, tool_call_id: str, reason: ErrorCode = ErrorCode.USER_CANCELLED) -> bool:
-        """Cancel one call in flight; False when no such call is running."""
+    def cancel_call(
+        self,
+        tool_call_id: str,
+        reason: ErrorCode = ErrorCode.USER_CANCELLED,
+        *,
+        before_start: bool = False,
+    ) -> bool:
+        """Cancel one call in flight; False when no such call is running.
+
+        With ``before_start``, a call that has not started yet (it was just proposed,
+        or waits for approval) is cancelled the moment it starts.
+        """
         token = self.calls.get(tool_call_id)
         if token is None:
+            if before_start:
+                self._early[tool_call_id] = reason
             return False
         token.cancel(reason)
         return True
+
+    def started(self, tool_call_id: str, token: CancellationToken) -> None:
+        """The kernel dispatches ``tool_call_id`` under ``token`` (cancellable from now)."""
+        self.calls[tool_call_id] = token
+        reason = self._early.pop(tool_call_id, None)
+        if reason is not None:
+            token.cancel(reason)
+
+    def finished(self, tool_call_id: str) -> None:
+        """The call is over, run or refused: nothing about it is kept."""
+        self.calls.pop(tool_call_id, None)
+        self._early.pop(tool_call_id, None)
 
 
 class _ReadWriteGate:

@@ -66,6 +66,20 @@ async def test_cancelling_a_call_stops_it_with_the_reason(kernel_factory):
     assert result.error_code is ErrorCode.SUPERSEDED
 
 
+async def test_a_call_cancelled_before_it_starts_is_cancelled_when_it_starts(kernel_factory):
+    kernel = kernel_factory()
+    run = kernel.start_run()
+    assert run.cancel_call("early", ErrorCode.USER_CANCELLED) is False  # not remembered
+    assert run.cancel_call("c2", ErrorCode.SUPERSEDED, before_start=True) is False
+    with anyio.fail_after(5):
+        plain = await kernel.call(run, "slow.wait", {"seconds": 0.01}, tool_call_id="early")
+        cut = await kernel.call(run, "slow.wait", {"seconds": 30}, tool_call_id="c2")
+        again = await kernel.call(run, "slow.wait", {"seconds": 0.01}, tool_call_id="c2")
+    assert plain.status is Status.SUCCEEDED
+    assert (cut.status, cut.error_code) == (Status.CANCELLED, ErrorCode.SUPERSEDED)
+    assert again.status is Status.SUCCEEDED  # the early cancel applied once, then was gone
+
+
 async def test_run_cancellation_reaches_sync_tools_through_the_token(kernel_factory):
     kernel = kernel_factory()
     started = threading.Event()

@@ -92,20 +92,6 @@ _log = logging.getLogger("toolkernel.serve")
 _Context = ServerRequestContext[Any, Any]
 
 
-class _CallTokens(dict[str, CancellationToken]):
-    """``run.calls`` that remembers a cancel asked for before the call was dispatched."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.pending: dict[str, ErrorCode] = {}
-
-    def __setitem__(self, call_id: str, token: CancellationToken) -> None:
-        super().__setitem__(call_id, token)
-        reason = self.pending.pop(call_id, None)
-        if reason is not None:
-            token.cancel(reason)
-
-
 class Gateway:
     """The MCP handlers over one kernel: runs per session, governed calls.
 
@@ -127,7 +113,6 @@ class Gateway:
         run = self._runs.get(key)
         if run is None:
             run = self.kernel.start_run()
-            run.calls = _CallTokens()
             self._runs[key] = run
             if len(self._runs) > MAX_RUNS:
                 self._runs.popitem(last=False)
@@ -205,7 +190,7 @@ class Gateway:
             finally:
                 if not done.is_set():
                     stop.cancel(ErrorCode.USER_CANCELLED)
-                    _cancel(run, call_id)
+                    run.cancel_call(call_id, ErrorCode.USER_CANCELLED, before_start=True)
 
         async with anyio.create_task_group() as group:
             group.start_soon(cancel_when_interrupted)
@@ -510,13 +495,6 @@ def _requester(ctx: _Context) -> str:
     params = ctx.session.client_params
     name = params.client_info.name if params is not None else "client"
     return f"mcp:{name}"[:64]
-
-
-def _cancel(run: Run, call_id: str) -> None:
-    if not run.cancel_call(call_id, ErrorCode.USER_CANCELLED) and isinstance(
-        run.calls, _CallTokens
-    ):
-        run.calls.pending[call_id] = ErrorCode.USER_CANCELLED
 
 
 def main(argv: Sequence[str] | None = None) -> int:
