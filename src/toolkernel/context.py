@@ -94,6 +94,8 @@ class ToolContext:
     report_progress: Callable[[float, float | None, str | None], None] = lambda _p, _t, _m: None
     kernel: Kernel | None = None
     run: Run | None = None
+    approved: bool = False
+    """A human approved this very call (its APPROVAL_GRANTED event is in the ledger)."""
 
     def progress(self, progress: float, total: float | None = None, message: str = "") -> None:
         """Report progress; it becomes a TOOL_CALL_PROGRESS event."""

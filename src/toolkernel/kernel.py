@@ -509,6 +509,7 @@ class Kernel:
                 report_progress=report,
                 kernel=self,
                 run=run,
+                approved=admitted.decision.requires_approval,  # held, then granted
             )
 
         adapter = self.adapters[admitted.tool.definition.execution_mode]

@@ -7,7 +7,9 @@ from dataclasses import replace
 import pytest
 
 from toolkernel.codes import ErrorCode, Status
-from toolkernel.context import RunState, VerificationStatus
+from toolkernel.context import RunState, ToolContext, VerificationStatus
+from toolkernel.definition import Permissions
+from toolkernel.functions import tool
 from toolkernel.ledger import EventType
 from toolkernel.policy import Action, Policy, PolicyRule, UsageMeter, authorize
 from toolkernel.testing import RecordingApprover, event_types
@@ -389,3 +391,25 @@ def test_decision_carries_the_contract_fields(kernel_factory):
         kernel.config.policy, tool.definition, kernel.start_run().context, UsageMeter()
     )
     assert set(decision.to_dict()) >= {"allowed", "reasonCode", "safeMessage", "requiresApproval"}
+
+
+async def test_a_tool_knows_whether_a_human_approved_its_call(kernel_factory):
+    kernel = kernel_factory(NETWORK_ASK, approver=RecordingApprover(approve=True))
+
+    @tool("net.ping", permissions=Permissions(network=True))
+    def ping(ctx: ToolContext) -> bool:
+        """Say whether this call was approved."""
+        return ctx.approved
+
+    @tool("local.ping", idempotent=True)
+    def local(ctx: ToolContext) -> bool:
+        """Say whether this call was approved."""
+        return ctx.approved
+
+    kernel.register(ping)
+    kernel.register(local)
+    run = kernel.start_run()
+    held = await kernel.call(run, "net.ping", {})
+    free = await kernel.call(run, "local.ping", {})
+    assert (held.status, held.structured_output) == (Status.SUCCEEDED, True)
+    assert (free.status, free.structured_output) == (Status.SUCCEEDED, False)

@@ -2,7 +2,7 @@
 
 Before anything starts, the command policy judges the argv (see `commands`): a denied
 command is INVALID_ARGUMENTS/COMMAND_NOT_ALLOWED; a command the policy asks about runs
-only if the ledger shows that a human approved *this* call (the kernel records
+only if a human approved *this* call (``ToolContext.approved``: the kernel recorded
 APPROVAL_GRANTED before dispatch). That second check keeps "ask" fail-closed even
 where the kernel's authorization has not been taught `command_approval_reasons` yet.
 
@@ -25,7 +25,6 @@ from toolkernel.definition import ConcurrencyGroup, ExecutionMode, Permissions
 from toolkernel.dispatch import ToolOutput
 from toolkernel.errors import ToolFailed
 from toolkernel.functions import WorkspacePath, tool
-from toolkernel.ledger import EventType
 from toolkernel.policy import Action
 from toolkernel.tools.adapter import sandbox_for
 from toolkernel.tools.commands import review_command
@@ -66,7 +65,7 @@ async def shell_run(
     if verdict.action is Action.DENY:
         why = verdict.rule.reason if verdict.rule and verdict.rule.reason else "denied by policy"
         raise _not_allowed(f"`{display_command(verdict.command)}` is not allowed ({why})")
-    if verdict.action is Action.ASK and not _approved(ctx):
+    if verdict.action is Action.ASK and not ctx.approved:
         raise ToolFailed(
             safe_message(
                 ErrorCode.APPROVAL_REQUIRED,
@@ -106,15 +105,6 @@ def display_command(argv: Sequence[str], limit: int = 200) -> str:
     """The argv as one shell-quoted line, cut to ``limit`` characters."""
     text = shlex.join(argv)
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _approved(ctx: ToolContext) -> bool:
-    if ctx.kernel is None:
-        return False
-    return any(
-        event.type is EventType.APPROVAL_GRANTED and event.tool_call_id == ctx.tool_call_id
-        for event in ctx.kernel.ledger.events(ctx.run_id)
-    )
 
 
 def _not_allowed(detail: str) -> ToolFailed:
