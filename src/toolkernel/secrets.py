@@ -345,10 +345,11 @@ SECRET_RULES: Final[tuple[Rule, ...]] = (
         random_in_context,
         context=keyed,
     ),
-    # Generic: a long random-looking token standing on its own.
+    # Generic: a long random-looking token standing on its own, with its base64 padding
+    # if it ends there; an "=" that binds something after it (TOKEN=0) is not padding.
     Rule(
         "high-entropy",
-        rf"{_START}[A-Za-z0-9+/_-]{{32,}}+={{0,2}}(?![A-Za-z0-9+/=_-])",
+        rf"{_START}[A-Za-z0-9+/_-]{{32,}}+(?:={{1,2}}(?![A-Za-z0-9+/=_-])|(?![A-Za-z0-9+/_-]))",
         looks_random,
     ),
 )
