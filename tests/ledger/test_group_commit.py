@@ -155,3 +155,26 @@ def test_kernel_with_group_commit_records_the_same_events(kernel_factory):
     finals = [e.tool_call_id for e in events if e.type is EventType.TOOL_CALL_RESULT]
     assert finals == [r.tool_call_id for r in results]
     assert kernel.ledger.verify().ok
+
+
+class ThreadRecorder(SqliteLedger):
+    """Remembers which thread stored each batch."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.threads: list[str] = []
+
+    def append_batch(self, batches: Sequence[tuple[str, Sequence[NewEvent]]]) -> None:
+        self.threads.append(threading.current_thread().name)
+        super().append_batch(batches)
+
+
+def test_a_durable_append_is_stored_by_the_caller_before_it_returns(tmp_path: Path):
+    path = tmp_path / "l.db"
+    inner = ThreadRecorder(path)
+    ledger = GroupCommitLedger(inner)
+    ledger.append_durable([("r", [request(1), request(2)])])
+    assert inner.threads == [threading.current_thread().name]  # the writer was not woken
+    with SqliteLedger(path) as reader:  # another connection sees it at once
+        assert [e.payload["n"] for e in reader.events("r")] == [1, 2]
+    ledger.close()

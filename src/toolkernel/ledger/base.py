@@ -267,19 +267,25 @@ class Ledger(abc.ABC):
     def close(self) -> None:
         """Release the storage. Closing twice is harmless."""
 
-    def append_batch(
-        self, batches: Sequence[tuple[str, Sequence[NewEvent]]], *, durable: bool = False
-    ) -> None:
+    def append_batch(self, batches: Sequence[tuple[str, Sequence[NewEvent]]]) -> None:
         """Append several runs' events; backends that can make it one transaction do.
-
-        With ``durable``, return only once they are stored. Ledgers whose ``append``
-        stores before returning always do; a ledger that defers storing stores them now.
 
         Raises:
             LedgerError: what was not stored (the default appends run by run).
         """
         for run_id, events in batches:
             self.append(run_id, events)
+
+    def append_durable(self, batches: Sequence[tuple[str, Sequence[NewEvent]]]) -> None:
+        """``append_batch``, returning only once these events and every earlier one are
+        stored (``append_batch``, then ``sync``; a ledger that defers storing may do it
+        faster).
+
+        Raises:
+            LedgerError: something was not stored.
+        """
+        self.append_batch(batches)
+        self.sync()
 
     def sync(self) -> None:  # noqa: B027 - a no-op for ledgers that store on append
         """Return once everything appended so far is stored.

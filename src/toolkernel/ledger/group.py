@@ -5,9 +5,10 @@
 so far in one transaction, so many calls share one commit. ``sync`` returns once
 everything appended before it is stored — the kernel calls it wherever the pipeline
 needs events on disk before going on (a human is asked, a call that can change
-things starts, such a call's result is returned). ``sync`` stores what is queued in
-the calling thread itself rather than waiting for the writer to wake up: a durable
-step costs one commit, as without group commit. Reads sync first.
+things starts, such a call's result is returned). ``sync`` and ``append_durable``
+store what is queued in the calling thread itself rather than waiting for the writer
+to wake up: a durable step costs one commit, as without group commit. Reads sync
+first.
 
 Whoever stores (the writer or a syncing caller) takes the queue and stores it while
 holding one lock, so batches reach the inner ledger in the order they were appended.
@@ -63,22 +64,26 @@ class GroupCommitLedger(Ledger):
         self.append_batch([(run_id, events)])
         return []
 
-    def append_batch(
-        self, batches: Sequence[tuple[str, Sequence[NewEvent]]], *, durable: bool = False
-    ) -> None:
-        """Queue several runs' events; with ``durable``, store them (and what was queued
-        before) in the calling thread before returning, without waking the writer.
+    def append_batch(self, batches: Sequence[tuple[str, Sequence[NewEvent]]]) -> None:
+        """Queue several runs' events for the writer.
+
+        Raises:
+            LedgerError: an earlier batch could not be stored, or the ledger is closed.
+        """
+        queued = [(run_id, list(events)) for run_id, events in batches]
+        with self._lock:
+            self._check()
+            self._pending.extend(queued)
+        self._wake.put(None)
+
+    def append_durable(self, batches: Sequence[tuple[str, Sequence[NewEvent]]]) -> None:
+        """Store these events, and what was queued before them, in the calling thread
+        before returning, without waking the writer.
 
         Raises:
             LedgerError: the events could not be stored, or an earlier batch could not.
         """
         queued = [(run_id, list(events)) for run_id, events in batches]
-        if not durable:
-            with self._lock:
-                self._check()
-                self._pending.extend(queued)
-            self._wake.put(None)
-            return
         with self._storing:
             with self._lock:
                 self._check()
@@ -157,9 +162,13 @@ class GroupCommitLedger(Ledger):
                 return
         try:
             self._inner.append_batch(batch)
-        except Exception as exc:  # noqa: BLE001 - reported to every later caller
-            error = exc if isinstance(exc, LedgerError) else LedgerError(str(exc))
+        except BaseException as exc:
+            # Reported to every later caller; an interrupt (the storing caller's Ctrl-C)
+            # also propagates, but the batch it took may be lost, so it is reported too.
+            error = exc if isinstance(exc, LedgerError) else LedgerError(repr(exc))
             with self._lock:
                 self._error = LedgerError(f"{len(batch)} queued appends were lost: {error}")
                 self._error.__cause__ = exc
+            if not isinstance(exc, Exception):
+                raise
             return

@@ -171,12 +171,8 @@ class SqliteLedger(Ledger):
             for row, p, e in zip(rows, prepared, events, strict=True)
         ]
 
-    def append_batch(
-        self, batches: Sequence[tuple[str, Sequence[NewEvent]]], *, durable: bool = False
-    ) -> None:
+    def append_batch(self, batches: Sequence[tuple[str, Sequence[NewEvent]]]) -> None:
         """Append several runs' events in one transaction: all are stored, or none.
-
-        Stored before it returns, ``durable`` or not.
 
         Raises:
             LedgerError: nothing was stored.
