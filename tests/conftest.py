@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -178,6 +178,12 @@ ALL_STATES_EXPOSURE = """
 [[exposure]]
 tools = ["*"]
 """
+
+
+@pytest.fixture
+def more_samples(calls: Calls) -> Callable[[], list[Any]]:
+    """The sample tools again, counting into the same ``calls``: for a second kernel."""
+    return lambda: sample_tools(calls)
 
 
 @pytest.fixture

@@ -95,7 +95,7 @@ class ToolContext:
     kernel: Kernel | None = None
     run: Run | None = None
     approved: bool = False
-    """A human approved this very call (its APPROVAL_GRANTED event is in the ledger)."""
+    """The call was held for approval and the approver granted it (APPROVAL_GRANTED)."""
 
     def progress(self, progress: float, total: float | None = None, message: str = "") -> None:
         """Report progress; it becomes a TOOL_CALL_PROGRESS event."""

@@ -247,6 +247,8 @@ async def _attempt(
     adapter: Adapter, invocation: Invocation, token: CancellationToken, timeout_s: float
 ) -> Outcome:
     name = invocation.tool.name
+    if token.cancelled:  # cancelled before this attempt could start: the tool never runs
+        return _from_code(token.reason or ErrorCode.USER_CANCELLED, tool=name)
     try:
         if sniffio.current_async_library() == "asyncio":
             output = await _guarded_asyncio(adapter, invocation, token, timeout_s)

@@ -130,7 +130,10 @@ class _Journal:
             events, self._events = self._events, []
             # append_batch: one transaction, like append, without returning the stored
             # events, which building cost more than the rest of the append's Python.
-            self._ledger.append_batch([(self._run_id, events)], durable=durable)
+            if durable:
+                self._ledger.append_durable([(self._run_id, events)])
+            else:
+                self._ledger.append_batch([(self._run_id, events)])
         elif durable:
             self._ledger.sync()
 
@@ -365,6 +368,9 @@ class Kernel:
         on_progress: ProgressListener | None,
         approver: Approver | None = None,
     ) -> list[ToolCallResult]:
+        for call in batch:
+            if call.tool_call_id:
+                run.proposed(call.tool_call_id)  # cancellable while it waits its turn
         await run.gate.acquire(exclusive)
         journal = _Journal(self.ledger, run.id)
         try:
@@ -431,6 +437,7 @@ class Kernel:
         events = [NewEvent(EventType.TOOL_CALL_REQUEST, request.to_dict(), request.tool_call_id)]
         self._received[request.tool_call_id] = received_ns
         journal.call_ids.append(request.tool_call_id)
+        run.proposed(request.tool_call_id)
         call_id, name = request.tool_call_id, request.tool_name
 
         assessed = self._assess(run, request, rejected)
@@ -448,11 +455,21 @@ class Kernel:
         decision = self._authorize(run, tool, request, checked)
         if decision.allowed and decision.requires_approval:
             decision = await self._approve(
-                run, request, tool, decision, events, journal, approver or self.approver
+                run,
+                request,
+                tool,
+                decision,
+                events,
+                journal,
+                self.approver if approver is None else approver,
             )
         if not decision.allowed:
             code = decision.reason_code or ErrorCode.POLICY_ERROR
             result = ToolCallResult.from_code(call_id, code, message=decision.safe_message)
+            return self._refuse(journal, request, events, result, inflight)
+        cancelled = run.cancelled_before_start(call_id)
+        if cancelled is not None:  # while it was admitted or a human was asked: never runs
+            result = ToolCallResult.from_code(call_id, cancelled, tool=name)
             return self._refuse(journal, request, events, result, inflight)
 
         run.meter.charge(name, decision.cost, rate_keys(self.config.policy, name))

@@ -33,15 +33,17 @@ __all__ = [
 
 @dataclass(slots=True)
 class Finishing:
-    """What the post-processing stages need to know about the call."""
+    """What the post-processing stages need to know about the call.
+
+    ``encoded`` is the canonical JSON of the output as it stands (``normalize`` sets it,
+    ``artifactize`` stores it); a stage that replaces the output must set it to None.
+    """
 
     tool: RegisteredTool
     tool_call_id: str
     artifacts: ArtifactStore
     redactor: Redactor
     redactions: list[RedactionNotice] = field(default_factory=list)
-    # The canonical JSON of the output as it stands; a stage that changes the output
-    # clears it. The artifact store and the RESULT event reuse it.
     encoded: bytes | None = None
 
 

@@ -52,8 +52,10 @@ class Run:
         self.shown_hashes: set[str] = set()
         self.reads = anyio.Semaphore(max_parallel_reads)
         self.gate = _ReadWriteGate()
-        self.calls: dict[str, CancellationToken] = {}
-        self._early: dict[str, ErrorCode] = {}  # cancels asked for before the call ran
+        self.calls: dict[str, CancellationToken] = {}  # running, by tool call id
+        # Proposed and not started yet (being admitted, waiting for approval or for its
+        # turn): the reason it was cancelled meanwhile, or None.
+        self._waiting: dict[str, ErrorCode | None] = {}
         self.projection_cache: tuple[Any, frozenset[str]] | None = None
 
     @property
@@ -84,37 +86,39 @@ class Run:
         """Cancel every call in flight in this run, and every later one."""
         self.token.cancel(reason)
 
-    def cancel_call(
-        self,
-        tool_call_id: str,
-        reason: ErrorCode = ErrorCode.USER_CANCELLED,
-        *,
-        before_start: bool = False,
-    ) -> bool:
-        """Cancel one call in flight; False when no such call is running.
-
-        With ``before_start``, a call that has not started yet (it was just proposed,
-        or waits for approval) is cancelled the moment it starts.
-        """
+    def cancel_call(self, tool_call_id: str, reason: ErrorCode = ErrorCode.USER_CANCELLED) -> bool:
+        """Cancel one call the kernel has: a running one now; one that has not started
+        (being admitted, waiting for approval or its turn) never starts. False when the
+        kernel has no such call (unknown, or already finished)."""
         token = self.calls.get(tool_call_id)
-        if token is None:
-            if before_start:
-                self._early[tool_call_id] = reason
-            return False
-        token.cancel(reason)
-        return True
+        if token is not None:
+            token.cancel(reason)
+            return True
+        if tool_call_id in self._waiting:
+            if self._waiting[tool_call_id] is None:
+                self._waiting[tool_call_id] = reason
+            return True
+        return False
+
+    def proposed(self, tool_call_id: str) -> None:
+        """The kernel has the call (from now ``cancel_call`` reaches it)."""
+        self._waiting.setdefault(tool_call_id, None)
+
+    def cancelled_before_start(self, tool_call_id: str) -> ErrorCode | None:
+        """Why the call, or the whole run, was cancelled before it started, if it was."""
+        return self._waiting.get(tool_call_id) or self.token.reason
 
     def started(self, tool_call_id: str, token: CancellationToken) -> None:
-        """The kernel dispatches ``tool_call_id`` under ``token`` (cancellable from now)."""
+        """The kernel dispatches the call under ``token`` (cancellable through it)."""
         self.calls[tool_call_id] = token
-        reason = self._early.pop(tool_call_id, None)
+        reason = self._waiting.pop(tool_call_id, None)
         if reason is not None:
             token.cancel(reason)
 
     def finished(self, tool_call_id: str) -> None:
         """The call is over, run or refused: nothing about it is kept."""
         self.calls.pop(tool_call_id, None)
-        self._early.pop(tool_call_id, None)
+        self._waiting.pop(tool_call_id, None)
 
 
 class _ReadWriteGate:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import sample_tools
 from toolkernel.codes import Status
 from toolkernel.context import ToolContext
 from toolkernel.functions import tool
@@ -79,7 +78,9 @@ async def test_replay_rebuilds_tool_messages_from_the_ledger_alone(kernel_factor
     assert [x.dispatched for x in rebuilt] == [True, False, True]
 
 
-async def test_replay_serves_recorded_results_without_running_tools(kernel_factory, calls):
+async def test_replay_serves_recorded_results_without_running_tools(
+    kernel_factory, calls, more_samples
+):
     kernel = kernel_factory()
     run = kernel.start_run()
     first = await kernel.call(run, "repo.lookup", {"query": "a"})
@@ -89,7 +90,7 @@ async def test_replay_serves_recorded_results_without_running_tools(kernel_facto
         ledger=kernel.ledger,
         recorded=RecordedResults.from_ledger(kernel.ledger, run.id),
     )
-    for sample in sample_tools(calls):
+    for sample in more_samples():
         replayer.register(sample)
     replay_run = replayer.start_run()
     again = await replayer.call(replay_run, "repo.lookup", {"query": "a"})

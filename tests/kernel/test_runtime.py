@@ -8,6 +8,7 @@ import threading
 import anyio
 import pytest
 
+from toolkernel.approval import ApprovalDecision, ApprovalRequest
 from toolkernel.canonical import canonical_json
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.context import ToolContext
@@ -17,6 +18,17 @@ from toolkernel.functions import tool
 from toolkernel.ledger import EventType
 from toolkernel.run import ToolCall
 from toolkernel.testing import event_types
+
+NETWORK_ASK = """
+[run]
+profile = "full"
+
+[policy]
+network = "ask"
+
+[[exposure]]
+tools = ["*"]
+"""
 
 pytestmark = pytest.mark.anyio
 
@@ -66,18 +78,56 @@ async def test_cancelling_a_call_stops_it_with_the_reason(kernel_factory):
     assert result.error_code is ErrorCode.SUPERSEDED
 
 
-async def test_a_call_cancelled_before_it_starts_is_cancelled_when_it_starts(kernel_factory):
+async def test_a_call_cancelled_while_a_human_is_asked_never_runs(kernel_factory, calls):
+    asked = anyio.Event()
+    answer = anyio.Event()
+
+    async def slow_human(request: ApprovalRequest) -> ApprovalDecision:
+        asked.set()
+        await answer.wait()
+        return ApprovalDecision(True, "late-human")
+
+    kernel = kernel_factory(NETWORK_ASK, approver=slow_human)
+    run = kernel.start_run()
+    assert run.cancel_call("c1", ErrorCode.USER_CANCELLED) is False  # nothing to cancel yet
+    results = []
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+
+            async def call() -> None:
+                url = {"url": "https://example.org"}
+                results.append(await kernel.call(run, "web.fetch", url, tool_call_id="c1"))
+
+            group.start_soon(call)
+            await asked.wait()
+            assert run.cancel_call("c1", ErrorCode.SUPERSEDED) is True
+            answer.set()  # approved, but too late
+    (result,) = results
+    assert (result.status, result.error_code) == (Status.CANCELLED, ErrorCode.SUPERSEDED)
+    assert calls.count == {}
+    assert event_types(kernel.ledger.events(run.id), "c1") == [
+        EventType.TOOL_CALL_REQUEST,
+        EventType.APPROVAL_REQUESTED,
+        EventType.APPROVAL_GRANTED,
+        EventType.TOOL_CALL_RESULT,
+    ]
+    assert run.cancel_call("c1") is False  # over: a later call with this id is unaffected
+    again = await kernel.call(run, "repo.lookup", {"query": "q"}, tool_call_id="c1")
+    assert again.status is Status.SUCCEEDED
+
+
+async def test_after_the_run_is_cancelled_no_call_starts(kernel_factory, calls):
     kernel = kernel_factory()
     run = kernel.start_run()
-    assert run.cancel_call("early", ErrorCode.USER_CANCELLED) is False  # not remembered
-    assert run.cancel_call("c2", ErrorCode.SUPERSEDED, before_start=True) is False
-    with anyio.fail_after(5):
-        plain = await kernel.call(run, "slow.wait", {"seconds": 0.01}, tool_call_id="early")
-        cut = await kernel.call(run, "slow.wait", {"seconds": 30}, tool_call_id="c2")
-        again = await kernel.call(run, "slow.wait", {"seconds": 0.01}, tool_call_id="c2")
-    assert plain.status is Status.SUCCEEDED
-    assert (cut.status, cut.error_code) == (Status.CANCELLED, ErrorCode.SUPERSEDED)
-    assert again.status is Status.SUCCEEDED  # the early cancel applied once, then was gone
+    run.cancel(ErrorCode.BUDGET_EXHAUSTED)
+    result = await kernel.call(run, "repo.lookup", {"query": "q"})
+    assert (result.status, result.error_code) == (
+        Status.CANCELLED,
+        ErrorCode.BUDGET_EXHAUSTED,
+    )
+    assert calls.count == {}  # a sync tool would otherwise have run in its thread
+    types = event_types(kernel.ledger.events(run.id), result.tool_call_id)
+    assert EventType.TOOL_CALL_STARTED not in types
 
 
 async def test_run_cancellation_reaches_sync_tools_through_the_token(kernel_factory):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
+from mcp import Client
 
 sys.path.insert(0, str(Path(__file__).parent / "gateway_fixtures"))
 
@@ -14,7 +16,9 @@ from gateway_harness import PYTHON, ledger_events, make_workspace, stdio_client
 
 from toolkernel.codes import ErrorCode
 from toolkernel.ledger import EventType
+from toolkernel.mcp.gateway import Gateway, build_server
 from toolkernel.mcp.gateway_render import PROJECTION_META, RUN_META
+from toolkernel.testing import RecordingApprover, make_kernel
 
 # mcp-server-time is a dev dependency: make test installs it, so it is never skipped.
 
@@ -105,3 +109,48 @@ def test_clients_are_told_when_a_bridged_server_changes_its_tools(tmp_path: Path
         assert "fx.echo" in after
 
     anyio.run(main)
+
+
+def test_list_changed_is_advertised_only_when_someone_announces(tmp_path: Path) -> None:
+    kernel = make_kernel(make_workspace(tmp_path / "ws"), workspace_tools=False)
+
+    async def capabilities(server: Any) -> Any:
+        async with Client(server, mode="legacy") as client:
+            return client.server_capabilities
+
+    try:
+        alone = anyio.run(capabilities, build_server(kernel))
+        announced = anyio.run(capabilities, build_server(kernel, Gateway(kernel)))
+    finally:
+        kernel.close()
+    assert alone.tools is not None
+    assert not alone.tools.list_changed
+    assert announced.tools is not None
+    assert announced.tools.list_changed is True
+
+
+def test_a_kernel_with_its_own_approver_keeps_it_over_elicitation(tmp_path: Path) -> None:
+    from gateway_tools import erase
+
+    approver = RecordingApprover(approve=True, name="operator")
+    config = '[run]\nprofile = "full"\n\n[[exposure]]\ntools = ["*"]\n'
+    kernel = make_kernel(tmp_path, config, approver=approver, workspace_tools=False)
+    kernel.register(erase)
+    asked: list[Any] = []
+
+    async def elicit(_context: Any, params: Any) -> Any:
+        asked.append(params)
+        raise AssertionError("the client's user must not be asked")
+
+    async def main() -> Any:
+        server = build_server(kernel)
+        async with Client(server, mode="legacy", elicitation_callback=elicit) as client:
+            return await client.call_tool("fixture.erase", {"target": "build"})
+
+    try:
+        result = anyio.run(main)
+    finally:
+        kernel.close()
+    assert result.is_error is False
+    assert asked == []
+    assert [r.tool_name for r in approver.requests] == ["fixture.erase"]

@@ -190,7 +190,7 @@ class Gateway:
             finally:
                 if not done.is_set():
                     stop.cancel(ErrorCode.USER_CANCELLED)
-                    run.cancel_call(call_id, ErrorCode.USER_CANCELLED, before_start=True)
+                    run.cancel_call(call_id, ErrorCode.USER_CANCELLED)
 
         async with anyio.create_task_group() as group:
             group.start_soon(cancel_when_interrupted)
@@ -315,10 +315,12 @@ class _GatewayServer(Server[Any]):
 def build_server(kernel: Kernel, gateway: Gateway | None = None) -> Server[Any]:
     """An MCP server (low-level SDK ``Server``) serving ``kernel``'s projected tools.
 
-    Run ``gateway.announce_changes()`` beside it to tell clients when the tools change.
+    Pass the ``gateway`` whose ``announce_changes()`` runs beside the server: then
+    ``tools.listChanged`` is advertised. Without one, it is not (nobody would announce).
     """
+    server_class = Server if gateway is None else _GatewayServer
     gateway = gateway or Gateway(kernel)
-    return _GatewayServer(
+    return server_class(
         SERVER_NAME,
         version=_version(),
         title="toolkernel gateway",
