@@ -27,8 +27,8 @@ Servers: the repo's Python fixture server (``echo``), the npm reference server
 ``server-everything`` (``echo``) and PyPI ``mcp-server-git`` (``git_status`` of a small
 repository: a call that does real work).
 
-Rows take turns call by call (the order rotating each time) after a warm-up; each call
-is timed alone with ``perf_counter_ns``. The ratio is bridged median over
+Rows are measured in interleaved rounds (order rotating each round) after a warm-up;
+each call is timed alone with ``perf_counter_ns``. The ratio is bridged median over
 direct median (target <= 1.2x).
 """
 
@@ -103,7 +103,7 @@ def kernel_for(root: Path, commit: Literal["each", "group"] = "each") -> Kernel:
     return Kernel(config, workspace_tools=False)
 
 
-async def measure(calls: int) -> list[tuple[str, list[Row]]]:
+async def measure(calls: int, rounds: int) -> list[tuple[str, list[Row]]]:
     results: list[tuple[str, list[Row]]] = []
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "repo"
@@ -115,7 +115,7 @@ async def measure(calls: int) -> list[tuple[str, list[Row]]]:
             (root / "trusted").mkdir()
             async with AsyncExitStack() as stack:
                 rows = await rows_for(stack, root, argv, tool, args)
-                await run_rows(rows, calls)
+                await run_rows(rows, calls, rounds)
             results.append((label, rows))
     return results
 
@@ -180,18 +180,18 @@ async def rows_for(
     ]
 
 
-async def run_rows(rows: list[Row], calls: int) -> None:
+async def run_rows(rows: list[Row], calls: int, rounds: int) -> None:
     for row in rows:  # warm-up
         for _ in range(50):
             await row.call()
-    # Call by call, the rows take turns (the order rotating each time): drift in the
-    # machine's load falls on every row alike.
-    for number in range(calls):
-        shift = number % len(rows)
-        for row in rows[shift:] + rows[:shift]:
-            start = time.perf_counter_ns()
-            await row.call()
-            row.samples.append((time.perf_counter_ns() - start) / 1000)
+    per_round = max(1, calls // rounds)
+    for number in range(rounds):
+        order = rows[number % len(rows) :] + rows[: number % len(rows)]
+        for row in order:
+            for _ in range(per_round):
+                start = time.perf_counter_ns()
+                await row.call()
+                row.samples.append((time.perf_counter_ns() - start) / 1000)
 
 
 def machine() -> str:
@@ -213,7 +213,7 @@ def report(results: list[tuple[str, list[Row]]], calls: int) -> str:
         "# Bridged MCP call vs direct SDK call",
         "",
         f"- machine: {machine()}",
-        f"- {calls} calls per row, rows taking turns call by call, stdio transport, SDK mcp 2.3.0",
+        f"- {calls} calls per row, interleaved rounds, stdio transport, SDK mcp 2.3.0",
         "",
         "| server | path | median µs | p90 µs | ratio to direct |",
         "| --- | --- | ---: | ---: | ---: |",
@@ -232,8 +232,9 @@ def report(results: list[tuple[str, list[Row]]], calls: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=20)
     options = parser.parse_args()
-    results = anyio.run(measure, options.calls)
+    results = anyio.run(measure, options.calls, options.rounds)
     print(report(results, options.calls))
 
 
