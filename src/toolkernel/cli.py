@@ -105,6 +105,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     serve.add_argument("--host", default="127.0.0.1", help="HTTP only (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="HTTP only; 0 picks a free port")
+    serve.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="HTTP on a non-loopback --host: other machines can call the tools, unauthenticated",
+    )
     _common(serve)
     serve.set_defaults(handler=_serve)
 
@@ -382,7 +387,14 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         stream=sys.stderr, level=logging.INFO, format="toolkernel serve: %(message)s"
     )
-    return serve(args.config, args.workspace, args.transport, args.host, args.port)
+    return serve(
+        args.config,
+        args.workspace,
+        args.transport,
+        args.host,
+        args.port,
+        allow_remote=args.allow_remote,
+    )
 
 
 def _replay_file(args: argparse.Namespace) -> int:

@@ -23,8 +23,11 @@ sys.path.insert(0, str(Path(__file__).parent / "gateway_fixtures"))
 
 from gateway_harness import WAIT_S, HttpGateway, ledger_events, make_workspace
 
+from toolkernel.cli import main as cli_main
 from toolkernel.codes import ErrorCode, Status
+from toolkernel.errors import UsageError
 from toolkernel.ledger import EventType
+from toolkernel.mcp.gateway import check_host
 from toolkernel.mcp.gateway_render import PROJECTION_META, RUN_META
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,3 +149,25 @@ def test_conformance_server_scenario_passes(
     statuses = {check["id"]: check["status"] for check in checks}
     assert "SUCCESS" in statuses.values(), statuses
     assert "FAILURE" not in statuses.values(), statuses
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.8.9.10", "::1", "[::1]", "localhost"])
+def test_loopback_addresses_are_served_without_asking(host: str) -> None:
+    check_host(host, allow_remote=False)  # no error
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.20", "10.0.0.1", "example.com"])
+def test_an_address_other_machines_reach_needs_allow_remote(host: str) -> None:
+    with pytest.raises(UsageError, match="--allow-remote"):
+        check_host(host, allow_remote=False)
+    check_host(host, allow_remote=True)  # the explicit opt-in
+
+
+def test_serve_refuses_a_public_address_before_starting_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["serve", "--transport", "http", "--host", "0.0.0.0", "--port", "0"]
+    code = cli_main([*argv, "--workspace", str(tmp_path)])
+    assert code == 2
+    assert "--allow-remote" in capsys.readouterr().err
+    assert not (tmp_path / ".toolkernel").exists()  # no kernel, no ledger was opened

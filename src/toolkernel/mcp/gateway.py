@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import ipaddress
 import logging
 import signal
 import socket
@@ -49,7 +50,7 @@ from toolkernel.approval import Approver
 from toolkernel.calls import ToolCallResult, new_id
 from toolkernel.cancel import CancellationToken
 from toolkernel.codes import ErrorCode, Status, safe_message
-from toolkernel.errors import ToolkernelError
+from toolkernel.errors import ToolkernelError, UsageError
 from toolkernel.kernel import Kernel
 from toolkernel.mcp.gateway_approval import (
     APPROVAL_INPUT,
@@ -341,17 +342,22 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8000,
     *,
+    allow_remote: bool = False,
     extensions: Sequence[KernelExtension] = (),
 ) -> int:
     """Serve the kernel for ``toolkernel.toml`` over stdio or streamable HTTP (``/mcp``).
 
     Returns when stdin closes or on SIGINT/SIGTERM. The ``[mcp]`` servers of the
     configuration are bridged in (``bridged``); further ``extensions`` live as long as
-    the server too.
+    the server too. HTTP binds a loopback address unless ``allow_remote``: the gateway
+    does not authenticate its clients.
 
     Raises:
-        ToolkernelError: the configuration is invalid (ConfigError and the like).
+        ToolkernelError: the configuration is invalid (ConfigError and the like), or
+            ``host`` is not a loopback address and ``allow_remote`` is false.
     """
+    if transport == "http":
+        check_host(host, allow_remote=allow_remote)
     kernel = Kernel.from_config(config_path, workspace=workspace)
     try:
         anyio.run(_serve, kernel, transport, host, port, [bridged, *extensions])
@@ -493,6 +499,33 @@ def _progress_token(ctx: _Context) -> types.ProgressToken | None:
     return ctx.meta.get("progress_token") if ctx.meta else None
 
 
+def check_host(host: str, *, allow_remote: bool) -> None:
+    """Refuse an HTTP address other machines can reach, unless explicitly allowed.
+
+    Anyone who reaches the gateway can call its tools (governed, but unauthenticated),
+    so listening beyond this machine is an explicit, logged choice.
+
+    Raises:
+        UsageError: ``host`` is not a loopback address and ``allow_remote`` is false.
+    """
+    if host == "localhost" or _is_loopback(host):
+        return
+    if not allow_remote:
+        raise UsageError(
+            f"--host {host} would let other machines call the tools, and the gateway does "
+            "not authenticate clients. Serve on 127.0.0.1 (and tunnel, or put an "
+            "authenticating proxy in front), or pass --allow-remote to accept the risk."
+        )
+    _log.warning("serving on %s without authentication (--allow-remote)", host)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name other than localhost: it may resolve anywhere
+        return False
+
+
 def _requester(ctx: _Context) -> str:
     params = ctx.session.client_params
     name = params.client_info.name if params is not None else "client"
@@ -505,6 +538,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--allow-remote", action="store_true")
     parser.add_argument("--config", type=Path)
     parser.add_argument("--workspace", type=Path)
     args = parser.parse_args(argv)
@@ -512,7 +546,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr, level=logging.INFO, format="toolkernel serve: %(message)s"
     )
     try:
-        return serve(args.config, args.workspace, args.transport, args.host, args.port)
+        return serve(
+            args.config,
+            args.workspace,
+            args.transport,
+            args.host,
+            args.port,
+            allow_remote=args.allow_remote,
+        )
     except ToolkernelError as exc:
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
