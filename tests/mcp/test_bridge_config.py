@@ -10,6 +10,7 @@ import anyio
 import pytest
 from fixtures.bridge_support import FIXTURE_SERVER
 
+from toolkernel.config import CONFIG_SCHEMA, load_config
 from toolkernel.definition import TrustLevel
 from toolkernel.errors import ConfigError
 from toolkernel.mcp import MCP_CONFIG_SCHEMA, inspect_server, parse_servers, render_inspect
@@ -93,3 +94,17 @@ async def test_inspect_lists_findings_decisions_and_pins():
     assert "ACCEPT  fx.echo" in text
     data = render_inspect(report, "json")
     assert '"decision": "reject"' in data
+
+
+def test_the_config_file_schema_carries_the_server_schema_unchanged(tmp_path):
+    assert CONFIG_SCHEMA["properties"]["mcp"] == MCP_CONFIG_SCHEMA
+    (tmp_path / "toolkernel.toml").write_text(
+        '[[mcp.servers]]\nname = "git"\ncommand = ["mcp-server-git"]\n'
+        'sandbox = "read-only"\nro_binds = ["/opt/tools"]\n'
+    )
+    [server] = load_config(workspace=tmp_path).mcp_servers
+    assert (server.sandbox, server.network, server.ro_binds) == (
+        "read-only",
+        False,
+        ("/opt/tools",),
+    )

@@ -44,6 +44,7 @@ import re
 import sys
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from types import TracebackType
 from typing import Any, Final, Self, TextIO
 
@@ -61,11 +62,12 @@ from toolkernel.canonical import sha256_of
 from toolkernel.codes import ErrorCode, safe_message
 from toolkernel.definition import ExecutionMode, ToolDefinition
 from toolkernel.dispatch import Invocation, ToolOutput
-from toolkernel.errors import DefinitionError, ToolFailed, ToolkernelError
+from toolkernel.errors import DefinitionError, SandboxUnavailable, ToolFailed, ToolkernelError
 from toolkernel.kernel import Kernel
 from toolkernel.ledger import EventType, NewEvent
 from toolkernel.lint import Finding, Severity, lint_definition
 from toolkernel.mcp.pins import PinStore, PinVerdict, pinned_view
+from toolkernel.mcp.sandboxed import sandboxed_argv
 from toolkernel.mcp.servers import ServerConfig
 from toolkernel.run import Run
 
@@ -242,12 +244,14 @@ class ServerConnection:
         *,
         errlog: TextIO | None = None,
         on_tools_changed: Callable[[str], Coroutine[Any, Any, None]] | None = None,
+        sandbox: Callable[[ServerConfig], list[str]] | None = None,
     ) -> None:
         self.config = config
         self.generation = 0
         self._group = group
         self._errlog = errlog
         self._on_tools_changed = on_tools_changed
+        self._sandbox = sandbox  # the argv that runs a sandboxed server's command
         self._client: Client | None = None
         self._stop: anyio.Event | None = None
         self._lock = anyio.Lock()
@@ -266,8 +270,10 @@ class ServerConnection:
                     with anyio.fail_after(CONNECT_TIMEOUT_S):
                         self._client = await self._group.start(self._own, self._stop)
                 except Exception as exc:  # any failure to start means "unavailable"
+                    # Our own errors (no sandbox here, a bad cwd) say why; others are named.
+                    why = str(exc) if isinstance(exc, ToolkernelError) else type(exc).__name__
                     raise ServerUnavailable(
-                        f"MCP server {self.config.name} could not be started: {type(exc).__name__}"
+                        f"MCP server {self.config.name} could not be started: {why}"
                     ) from exc
                 self.generation += 1
             return self._client
@@ -302,9 +308,14 @@ class ServerConnection:
         if config.url:
             target = config.url
         else:
+            argv = list(config.command)
+            if config.sandbox != "none":
+                if self._sandbox is None:
+                    raise SandboxUnavailable(f"nothing can sandbox MCP server {config.name}")
+                argv = self._sandbox(config)  # raises rather than start it unsandboxed
             params = StdioServerParameters(
-                command=config.command[0],
-                args=list(config.command[1:]),
+                command=argv[0],
+                args=argv[1:],
                 env=config.child_env(),
                 cwd=config.cwd,
             )
@@ -379,7 +390,11 @@ class McpBridge:
         await self._group.__aenter__()
         for name, config in self.servers.items():
             connection = ServerConnection(
-                config, self._group, errlog=self.errlog, on_tools_changed=self._refresh_quietly
+                config,
+                self._group,
+                errlog=self.errlog,
+                on_tools_changed=self._refresh_quietly,
+                sandbox=partial(sandboxed_argv, self.kernel),
             )
             self._states[name] = _ServerState(connection)
         self.kernel.adapters[ExecutionMode.REMOTE_MCP] = self

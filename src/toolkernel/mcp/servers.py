@@ -9,10 +9,14 @@
     tools = ["git_status", "git_diff"]    # allowlist of remote names; absent = all
     trust = "untrusted"                   # "trusted": annotations are believed
     pin = "tofu"                          # "strict": new tools wait for approval
+    sandbox = "read-only"                 # run it in bubblewrap ("workspace": writable)
+    network = false                       # in the sandbox: share the host network
+    ro_binds = ["/opt/git-tools"]         # in the sandbox: more host paths, read-only
 
 A stdio child gets a small base environment from the SDK (HOME, LOGNAME, PATH, SHELL,
 TERM, USER), the variables named in ``env_allow`` that are set here, and ``env``;
-nothing else of ours leaks to it.
+nothing else of ours leaks to it. A sandboxed server (``sandbox``, see
+``toolkernel.mcp.sandboxed``) runs inside bubblewrap, as shell commands do.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from toolkernel.schema import compile_schema
 __all__ = [
     "MCP_CONFIG_SCHEMA",
     "PinMode",
+    "SandboxMode",
     "ServerConfig",
     "ad_hoc_server",
     "parse_servers",
@@ -38,6 +43,7 @@ __all__ = [
 ]
 
 PinMode = Literal["tofu", "strict"]
+SandboxMode = Literal["none", "read-only", "workspace"]
 
 DEFAULT_TIMEOUT_MS: Final = 30_000
 SERVER_NAME_PATTERN: Final = r"^[A-Za-z][A-Za-z0-9_-]{0,31}$"
@@ -69,6 +75,21 @@ _SERVER_SCHEMA: Final[dict[str, Any]] = {
         "tools": {"type": "array", "items": {"type": "string", "minLength": 1}},
         "trust": {"enum": ["trusted", "untrusted"]},
         "pin": {"enum": ["tofu", "strict"]},
+        "sandbox": {
+            "enum": ["none", "read-only", "workspace"],
+            "description": "Run a stdio server in bubblewrap: the workspace read-only, or "
+            "writable ('workspace'); state and forbidden files hidden; no network.",
+        },
+        "network": {
+            "type": "boolean",
+            "description": "A sandboxed server may use the network.",
+        },
+        "ro_binds": {
+            "type": "array",
+            "items": {"type": "string", "pattern": "^/"},
+            "description": "Host paths a sandboxed server may read (its code, if it lives "
+            "outside the workspace and the system directories).",
+        },
     },
 }
 
@@ -97,6 +118,9 @@ class ServerConfig:
     tools: frozenset[str] | None = None
     trust: TrustLevel = TrustLevel.UNTRUSTED
     pin: PinMode = "tofu"
+    sandbox: SandboxMode = "none"
+    network: bool = False
+    ro_binds: tuple[str, ...] = ()
 
     @property
     def transport(self) -> Literal["stdio", "http"]:
@@ -173,6 +197,9 @@ def server_from_mapping(
     """
     if ("command" in raw) == ("url" in raw):
         raise ConfigError(f"key '{key}': give exactly one of 'command' (stdio) or 'url' (http)")
+    sandbox = raw.get("sandbox", "none")
+    if "url" in raw and sandbox != "none":
+        raise ConfigError(f"key '{key}.sandbox': only a stdio server (command) can be sandboxed")
     cwd = raw.get("cwd")
     return ServerConfig(
         name=raw["name"],
@@ -185,6 +212,9 @@ def server_from_mapping(
         tools=frozenset(raw["tools"]) if "tools" in raw else None,
         trust=TrustLevel(raw.get("trust", TrustLevel.UNTRUSTED)),
         pin=raw.get("pin", "tofu"),
+        sandbox=sandbox,
+        network=bool(raw.get("network", False)),
+        ro_binds=tuple(raw.get("ro_binds", ())),
     )
 
 

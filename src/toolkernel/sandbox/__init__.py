@@ -8,7 +8,7 @@ The library layer under the kernel's ``PROCESS`` and ``SANDBOX_*`` adapters::
                                   output_dir=call_dir, cancel=token)
 """
 
-from toolkernel.sandbox.bwrap import SandboxUnavailable, find_bwrap, probe
+from toolkernel.sandbox.bwrap import SandboxUnavailable, bwrap_argv, find_bwrap, probe
 from toolkernel.sandbox.process import TERM_GRACE_S, ProcessOutcome, run_sandboxed
 from toolkernel.sandbox.spec import SandboxLimits, SandboxSpec
 
@@ -18,6 +18,7 @@ __all__ = [
     "SandboxLimits",
     "SandboxSpec",
     "SandboxUnavailable",
+    "bwrap_argv",
     "find_bwrap",
     "probe",
     "run_sandboxed",

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import anyio.to_thread
@@ -58,6 +58,9 @@ from toolkernel.sandbox import (
 )
 from toolkernel.tools.commands import DEFAULT_COMMAND_POLICY, CommandPolicy
 
+if TYPE_CHECKING:
+    from toolkernel.kernel import Kernel
+
 __all__ = [
     "DEFAULT_TEST_COMMAND",
     "SANDBOX_MODES",
@@ -66,6 +69,7 @@ __all__ = [
     "Sandbox",
     "SandboxAdapter",
     "SandboxSettings",
+    "protected_paths",
     "sandbox_for",
 ]
 
@@ -290,48 +294,14 @@ class Sandbox:
         }
 
     def _protected_paths(self) -> tuple[Path, ...]:
-        """What a command must not see: the runtime's state and every forbidden file.
-
-        The path guard keeps forbidden paths out of tool *arguments*; a command could
-        still open them by name, so they are masked in its view of the workspace.
-        Listing is ripgrep's (fast, parallel); the kernel's own globs decide.
-        """
-        from toolkernel.tools.search import find_rg  # search builds on this module
-
         kernel = self._ctx.kernel
         assert kernel is not None
-        hidden: list[Path] = []
-        for state in (kernel.config.state_dir, kernel.config.ledger_path.parent):
-            if state.resolve().is_relative_to(self.workspace) and state not in hidden:
-                hidden.append(state.resolve())
-        if not self.writable:
-            # SANDBOX_READ_ONLY runs argv the runtime builds (ripgrep with the forbidden
-            # globs excluded), never the model's own commands: hiding the state is
-            # enough, and a second walk of the whole tree would double a search's cost.
-            return tuple(hidden)
-        listing = subprocess.run(
-            [
-                find_rg(self.settings.rg),
-                "--files",
-                "--hidden",
-                "--no-ignore",
-                "--no-config",
-                "--null",
-                "--glob",
-                "!.git",
-                "--glob",
-                "!.toolkernel",
-            ],
-            cwd=self.workspace,
-            capture_output=True,
-            timeout=60,
-            check=False,
+        # SANDBOX_READ_ONLY runs argv the runtime builds (ripgrep with the forbidden
+        # globs excluded), never the model's own commands: hiding the state is enough,
+        # and a second walk of the whole tree would double a search's cost.
+        return protected_paths(
+            kernel, self.workspace, with_forbidden_files=self.writable, rg=self.settings.rg
         )
-        for raw in listing.stdout.split(b"\0"):
-            relative = os.fsdecode(raw)
-            if relative and kernel.guard.is_forbidden(relative):
-                hidden.append(self.workspace / relative)
-        return tuple(hidden)
 
     @property
     def remaining_s(self) -> float:
@@ -534,6 +504,49 @@ def _reserve_s(call_timeout_s: float) -> float:
     grace = min(TERM_GRACE_S, _RESERVE_FRACTION * call_timeout_s)
     margin = min(_RESERVE_MAX_S, max(_RESERVE_MIN_S, _RESERVE_FRACTION * call_timeout_s))
     return grace + min(margin, 0.3 * call_timeout_s)
+
+
+def protected_paths(
+    kernel: Kernel, workspace: Path, *, with_forbidden_files: bool, rg: str | None = None
+) -> tuple[Path, ...]:
+    """What a sandboxed process must not see: the runtime's state and, with
+    ``with_forbidden_files``, every forbidden file in the workspace.
+
+    The path guard keeps forbidden paths out of tool *arguments*; a process could
+    still open them by name, so they are masked in its view of the workspace.
+    Listing is ripgrep's (fast, parallel); the kernel's own globs decide.
+    """
+    from toolkernel.tools.search import find_rg  # search builds on this module
+
+    hidden: list[Path] = []
+    for state in (kernel.config.state_dir, kernel.config.ledger_path.parent):
+        if state.resolve().is_relative_to(workspace) and state.resolve() not in hidden:
+            hidden.append(state.resolve())
+    if not with_forbidden_files:
+        return tuple(hidden)
+    listing = subprocess.run(
+        [
+            find_rg(rg),
+            "--files",
+            "--hidden",
+            "--no-ignore",
+            "--no-config",
+            "--null",
+            "--glob",
+            "!.git",
+            "--glob",
+            "!.toolkernel",
+        ],
+        cwd=workspace,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    for raw in listing.stdout.split(b"\0"):
+        relative = os.fsdecode(raw)
+        if relative and kernel.guard.is_forbidden(relative):
+            hidden.append(workspace / relative)
+    return tuple(hidden)
 
 
 def _network_allowed(ctx: ToolContext, definition: ToolDefinition) -> bool:

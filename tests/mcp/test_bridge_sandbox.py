@@ -1,0 +1,135 @@
+"""A sandboxed downstream server: bubblewrap around the whole server process."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from fixtures.bridge_support import FIXTURE_SERVER, fixture_server, open_kernel
+
+from toolkernel.codes import Status
+from toolkernel.errors import ConfigError
+from toolkernel.mcp import McpBridge
+from toolkernel.mcp.servers import parse_servers
+
+pytestmark = pytest.mark.anyio
+
+FIXTURES = str(FIXTURE_SERVER.parent)
+Calls = list[tuple[str, dict[str, str]]]
+
+
+def files_server(**fields: Any) -> Any:
+    return fixture_server("fx", "--files", ro_binds=(FIXTURES,), **fields)
+
+
+async def _texts(workspace: Path, server: Any, calls: Calls) -> list[str]:
+    kernel = open_kernel(workspace)
+    try:
+        with anyio.fail_after(60):
+            async with McpBridge(kernel, [server]) as bridge:
+                [report] = await bridge.connect_all()
+                assert report.connected, report.error
+                run = kernel.start_run()
+                texts = []
+                for name, arguments in calls:
+                    result = await kernel.call(run, f"fx.{name}", arguments)
+                    assert result.status is Status.SUCCEEDED, result.safe_message
+                    texts.append(result.structured_output["content"][0]["text"])
+                return texts
+    finally:
+        kernel.close()
+
+
+@pytest.fixture
+def layout(workspace: Path, tmp_path: Path) -> dict[str, str]:
+    (workspace / "notes.txt").write_text("workspace notes")
+    (workspace / ".env").write_text("API_TOKEN=not-for-servers")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("host file")
+    return {
+        "notes": str(workspace / "notes.txt"),
+        "env": str(workspace / ".env"),
+        "outside": str(outside),
+        "ledger": str(workspace / ".toolkernel" / "ledger.db"),
+        "new": str(workspace / "new.txt"),
+        "git": str(workspace / ".git" / "hooks-evil"),
+    }
+
+
+def _calls(paths: dict[str, str]) -> Calls:
+    return [
+        ("echo", {"message": "hi"}),
+        ("peek", {"path": paths["notes"]}),
+        ("peek", {"path": paths["env"]}),
+        ("peek", {"path": paths["outside"]}),
+        ("touch", {"path": paths["new"]}),
+    ]
+
+
+async def test_an_unsandboxed_server_reaches_everything_the_user_can(workspace, layout):
+    texts = await _texts(workspace, files_server(), _calls(layout))
+    assert texts == [
+        "hi",
+        "read: workspace notes",
+        "read: API_TOKEN=not-for-servers",
+        "read: host file",
+        "wrote",
+    ]
+
+
+async def test_a_read_only_sandbox_shows_the_workspace_and_nothing_else(workspace, layout):
+    texts = await _texts(workspace, files_server(sandbox="read-only"), _calls(layout))
+    assert texts[0] == "hi"
+    assert texts[1] == "read: workspace notes"
+    assert "not-for-servers" not in texts[2]  # forbidden files are masked
+    assert texts[3] == "refused: FileNotFoundError"  # the host outside the workspace
+    assert texts[4].startswith("refused: ")  # the workspace is read-only
+    assert not Path(layout["new"]).exists()
+
+
+async def test_a_workspace_sandbox_writes_the_workspace_but_not_git_or_the_ledger(
+    workspace, layout
+):
+    (workspace / ".git").mkdir(exist_ok=True)
+    calls = [
+        ("touch", {"path": layout["new"]}),
+        ("touch", {"path": layout["git"]}),
+        ("peek", {"path": layout["ledger"]}),
+    ]
+    texts = await _texts(workspace, files_server(sandbox="workspace"), calls)
+    assert texts[0] == "wrote"
+    assert Path(layout["new"]).read_text() == "touched"
+    assert texts[1].startswith("refused: ")
+    assert texts[2].startswith("refused: ")  # the runtime's state is hidden
+    assert not Path(layout["git"]).exists()
+
+
+async def test_without_bubblewrap_a_sandboxed_server_is_unavailable_not_unsandboxed(
+    workspace, layout
+):
+    kernel = open_kernel(workspace)
+    kernel.config = replace(kernel.config, sandbox={"bwrap": "/nonexistent/bwrap"})
+    try:
+        with anyio.fail_after(60):
+            async with McpBridge(kernel, [files_server(sandbox="read-only")]) as bridge:
+                [report] = await bridge.connect_all()
+    finally:
+        kernel.close()
+    assert report.connected is False
+    assert report.error is not None
+    assert "bwrap" in report.error or "bubblewrap" in report.error
+    assert kernel.registry.find("fx.peek") is None
+
+
+def test_only_a_stdio_server_can_be_sandboxed() -> None:
+    servers = parse_servers(
+        {"servers": [{"name": "a", "command": ["x"], "sandbox": "workspace", "network": True}]}
+    )
+    assert (servers[0].sandbox, servers[0].network) == ("workspace", True)
+    with pytest.raises(ConfigError, match=r"mcp.servers\[0\].sandbox"):
+        parse_servers({"servers": [{"name": "b", "url": "http://x/mcp", "sandbox": "read-only"}]})
+    with pytest.raises(ConfigError, match="sandbox"):
+        parse_servers({"servers": [{"name": "c", "command": ["x"], "sandbox": "yes"}]})
