@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -145,6 +146,19 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("--trust", choices=("trusted", "untrusted"), default="untrusted")
     inspect.add_argument("--format", choices=("text", "json"), default="text")
     inspect.add_argument(
+        "--sandbox",
+        choices=("none", "read-only", "workspace"),
+        default="none",
+        help="start the server's command inside bubblewrap (see [[mcp.servers]] sandbox)",
+    )
+    inspect.add_argument(
+        "--ro-bind",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="with --sandbox: a host path the server may read (repeatable)",
+    )
+    inspect.add_argument(
         "target",
         nargs=argparse.REMAINDER,
         metavar="-- COMMAND... | URL",
@@ -236,9 +250,22 @@ def _mcp_inspect(args: argparse.Namespace) -> int:
         raise UsageError("give the server's command after --, or its URL")
     if len(target) == 1 and target[0].startswith(("http://", "https://")):
         target = target[0]
-    pins = PinStore.in_state_dir(_config(args).state_dir)
+    from toolkernel.mcp.sandboxed import sandboxed_argv
+    from toolkernel.pathguard import PathGuard
+
+    config = _config(args)
+    pins = PinStore.in_state_dir(config.state_dir)
+    guard = PathGuard(config.workspace, forbidden=config.forbidden_paths)
     report = anyio.run(
-        lambda: inspect_server(target, name=args.name, trust=TrustLevel(args.trust), pins=pins)
+        lambda: inspect_server(
+            target,
+            name=args.name,
+            trust=TrustLevel(args.trust),
+            pins=pins,
+            sandbox=partial(sandboxed_argv, config, guard),
+            sandbox_mode=args.sandbox,
+            ro_binds=[str(Path(p).absolute()) for p in args.ro_bind],
+        )
     )
     sys.stdout.write(render_inspect(report, args.format))
     return EXIT_OK

@@ -10,6 +10,7 @@ import anyio
 import pytest
 from fixtures.bridge_support import FIXTURE_SERVER
 
+from toolkernel.cli import main as cli_main
 from toolkernel.config import CONFIG_SCHEMA, load_config
 from toolkernel.definition import TrustLevel
 from toolkernel.errors import ConfigError
@@ -108,3 +109,22 @@ def test_the_config_file_schema_carries_the_server_schema_unchanged(tmp_path):
         False,
         ("/opt/tools",),
     )
+
+
+def test_inspecting_a_server_that_dies_at_once_is_a_clear_error(tmp_path, capfd):
+    argv = ["mcp", "inspect", "--workspace", str(tmp_path), "--", sys.executable, "-c", "0"]
+    assert cli_main(argv) == 2
+    err = capfd.readouterr().err
+    assert "ServerUnavailable: MCP server server could not be started" in err
+    assert "InternalError" not in err
+
+
+def test_inspect_can_start_the_server_in_the_sandbox(tmp_path, capfd):
+    fixtures = str(FIXTURE_SERVER.parent)
+    server = [sys.executable, str(FIXTURE_SERVER), "--files"]
+    argv = ["mcp", "inspect", "--workspace", str(tmp_path), "--format", "json"]
+    jailed = [*argv, "--sandbox", "read-only", "--", *server]
+    assert cli_main([*argv, "--sandbox", "read-only", "--ro-bind", fixtures, "--", *server]) == 0
+    assert '"peek"' in capfd.readouterr().out
+    assert cli_main(jailed) == 2  # without its own directory, the script cannot be read
+    assert "could not be started" in capfd.readouterr().err

@@ -270,10 +270,8 @@ class ServerConnection:
                     with anyio.fail_after(CONNECT_TIMEOUT_S):
                         self._client = await self._group.start(self._own, self._stop)
                 except Exception as exc:  # any failure to start means "unavailable"
-                    # Our own errors (no sandbox here, a bad cwd) say why; others are named.
-                    why = str(exc) if isinstance(exc, ToolkernelError) else type(exc).__name__
                     raise ServerUnavailable(
-                        f"MCP server {self.config.name} could not be started: {why}"
+                        f"MCP server {self.config.name} could not be started: {_reason(exc)}"
                     ) from exc
                 self.generation += 1
             return self._client
@@ -394,7 +392,7 @@ class McpBridge:
                 self._group,
                 errlog=self.errlog,
                 on_tools_changed=self._refresh_quietly,
-                sandbox=partial(sandboxed_argv, self.kernel),
+                sandbox=partial(sandboxed_argv, self.kernel.config, self.kernel.guard),
             )
             self._states[name] = _ServerState(connection)
         self.kernel.adapters[ExecutionMode.REMOTE_MCP] = self
@@ -632,6 +630,16 @@ async def list_remote_tools(client: Client) -> list[dict[str, Any]]:
 
 def _wire(tool: types.Tool) -> dict[str, Any]:
     return tool.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def _reason(exc: BaseException) -> str:
+    """Why a server did not start, in a line: our own errors (no sandbox here, a bad
+    cwd) and the SDK's say it; anything else is named."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, ToolkernelError | MCPError):
+        return str(exc)[:300] or type(exc).__name__
+    return type(exc).__name__
 
 
 def _remote_failure(tool: str, detail: str, retryable: bool) -> ToolFailed:

@@ -9,11 +9,13 @@ Nothing is registered, pinned or recorded.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import anyio
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
 from toolkernel.definition import TrustLevel
 from toolkernel.lint import Finding
@@ -21,11 +23,12 @@ from toolkernel.mcp.bridge import (
     CONNECT_TIMEOUT_S,
     Admission,
     ServerConnection,
+    ServerUnavailable,
     admit_tool,
     list_remote_tools,
 )
 from toolkernel.mcp.pins import PinStore
-from toolkernel.mcp.servers import ServerConfig, ad_hoc_server
+from toolkernel.mcp.servers import SandboxMode, ServerConfig, ad_hoc_server
 
 __all__ = ["InspectReport", "InspectedTool", "inspect_server", "render_inspect"]
 
@@ -84,8 +87,16 @@ async def inspect_server(
     name: str = "server",
     trust: TrustLevel = TrustLevel.UNTRUSTED,
     pins: PinStore | None = None,
+    sandbox: Callable[[ServerConfig], list[str]] | None = None,
+    sandbox_mode: SandboxMode = "none",
+    ro_binds: Sequence[str] = (),
 ) -> InspectReport:
     """Connect to a server (an argv, a URL, or a configured server) and report on it.
+
+    Args:
+        sandbox: builds the argv of a sandboxed server (``sandboxed_argv`` bound to
+            the runtime's configuration); needed when the server asks for a sandbox.
+        sandbox_mode, ro_binds: the sandbox of an ad-hoc (argv) target.
 
     Raises:
         ServerUnavailable: the server could not be started or listed.
@@ -95,17 +106,30 @@ async def inspect_server(
         config = target
     else:
         base = ad_hoc_server(target, name=name)
-        config = ServerConfig(name=base.name, command=base.command, url=base.url, trust=trust)
-    async with anyio.create_task_group() as group:
-        connection = ServerConnection(config, group)
-        try:
-            client = await connection.client()
-            with anyio.fail_after(CONNECT_TIMEOUT_S):
-                listed = await list_remote_tools(client)
-            info = client.server_info
-            version = client.protocol_version
-        finally:
-            connection.close()
+        config = ServerConfig(
+            name=base.name,
+            command=base.command,
+            url=base.url,
+            trust=trust,
+            sandbox=sandbox_mode if base.command else "none",
+            ro_binds=tuple(ro_binds),
+        )
+    try:
+        async with anyio.create_task_group() as group:
+            connection = ServerConnection(config, group, sandbox=sandbox)
+            try:
+                client = await connection.client()
+                with anyio.fail_after(CONNECT_TIMEOUT_S):
+                    listed = await list_remote_tools(client)
+                info = client.server_info
+                version = client.protocol_version
+            finally:
+                connection.close()
+    except* ServerUnavailable as group_error:
+        raise group_error.exceptions[0] from None  # one server: its own error, unwrapped
+    except* (MCPError, ValidationError, TimeoutError) as group_error:
+        why = type(group_error.exceptions[0]).__name__
+        raise ServerUnavailable(f"MCP server {config.name} could not be listed: {why}") from None
     tools = tuple(_inspected(admit_tool(config, tool), pins) for tool in listed)
     return InspectReport(
         server=config.name,

@@ -14,28 +14,31 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from toolkernel.config import Config
 from toolkernel.errors import ConfigError
 from toolkernel.mcp.servers import ServerConfig
+from toolkernel.pathguard import PathGuard
 from toolkernel.sandbox import SandboxSpec, bwrap_argv, find_bwrap, probe
 from toolkernel.tools.adapter import protected_paths
-
-if TYPE_CHECKING:
-    from toolkernel.kernel import Kernel
 
 __all__ = ["sandboxed_argv"]
 
 
-def sandboxed_argv(kernel: Kernel, config: ServerConfig) -> list[str]:
+def sandboxed_argv(settings: Config, guard: PathGuard, config: ServerConfig) -> list[str]:
     """The bubblewrap command line that runs ``config.command`` in its sandbox.
+
+    Args:
+        settings: the runtime's configuration (``[sandbox] bwrap``, the state dir).
+        guard: the workspace and its forbidden paths.
+        config: the server.
 
     Raises:
         SandboxUnavailable: bubblewrap is missing or cannot start here.
         ConfigError: the server's ``cwd`` lies outside the workspace.
     """
-    workspace = kernel.guard.workspace
-    bwrap = find_bwrap(kernel.config.sandbox.get("bwrap"))
+    workspace = guard.workspace
+    bwrap = find_bwrap(settings.sandbox.get("bwrap"))
     probe(bwrap)
     cwd = "."
     if config.cwd is not None:
@@ -55,6 +58,6 @@ def sandboxed_argv(kernel: Kernel, config: ServerConfig) -> list[str]:
         cwd=cwd,
         extra_ro_binds=tuple(Path(p) for p in config.ro_binds),
         read_only=(git,) if writable and git.exists() else (),
-        hidden=protected_paths(kernel, workspace, with_forbidden_files=True),
+        hidden=protected_paths(settings, guard, with_forbidden_files=True),
     )
     return bwrap_argv(list(config.command), spec, bwrap=bwrap)

@@ -59,7 +59,7 @@ from toolkernel.sandbox import (
 from toolkernel.tools.commands import DEFAULT_COMMAND_POLICY, CommandPolicy
 
 if TYPE_CHECKING:
-    from toolkernel.kernel import Kernel
+    from toolkernel.pathguard import PathGuard
 
 __all__ = [
     "DEFAULT_TEST_COMMAND",
@@ -300,7 +300,7 @@ class Sandbox:
         # globs excluded), never the model's own commands: hiding the state is enough,
         # and a second walk of the whole tree would double a search's cost.
         return protected_paths(
-            kernel, self.workspace, with_forbidden_files=self.writable, rg=self.settings.rg
+            kernel.config, kernel.guard, with_forbidden_files=self.writable, rg=self.settings.rg
         )
 
     @property
@@ -507,7 +507,7 @@ def _reserve_s(call_timeout_s: float) -> float:
 
 
 def protected_paths(
-    kernel: Kernel, workspace: Path, *, with_forbidden_files: bool, rg: str | None = None
+    config: Config, guard: PathGuard, *, with_forbidden_files: bool, rg: str | None = None
 ) -> tuple[Path, ...]:
     """What a sandboxed process must not see: the runtime's state and, with
     ``with_forbidden_files``, every forbidden file in the workspace.
@@ -518,8 +518,9 @@ def protected_paths(
     """
     from toolkernel.tools.search import find_rg  # search builds on this module
 
+    workspace = guard.workspace
     hidden: list[Path] = []
-    for state in (kernel.config.state_dir, kernel.config.ledger_path.parent):
+    for state in (config.state_dir, config.ledger_path.parent):
         if state.resolve().is_relative_to(workspace) and state.resolve() not in hidden:
             hidden.append(state.resolve())
     if not with_forbidden_files:
@@ -544,7 +545,7 @@ def protected_paths(
     )
     for raw in listing.stdout.split(b"\0"):
         relative = os.fsdecode(raw)
-        if relative and kernel.guard.is_forbidden(relative):
+        if relative and guard.is_forbidden(relative):
             hidden.append(workspace / relative)
     return tuple(hidden)
 
