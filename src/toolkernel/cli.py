@@ -250,6 +250,10 @@ def _mcp_inspect(args: argparse.Namespace) -> int:
         raise UsageError("give the server's command after --, or its URL")
     if len(target) == 1 and target[0].startswith(("http://", "https://")):
         target = target[0]
+        if args.sandbox != "none":
+            raise UsageError("--sandbox starts a server's command; a URL is not started here")
+    if args.ro_bind and args.sandbox == "none":
+        raise UsageError("--ro-bind is for a sandboxed server: add --sandbox read-only")
     from toolkernel.mcp.sandboxed import sandboxed_argv
     from toolkernel.pathguard import PathGuard
 

@@ -39,7 +39,7 @@ from toolkernel.arguments import ArgumentsRejected, parse_arguments
 from toolkernel.artifacts import ArtifactStore
 from toolkernel.calls import ToolCallRequest, ToolCallResult, Usage, new_id, timestamp
 from toolkernel.codes import ErrorCode, Status, safe_field, safe_message
-from toolkernel.config import Config, load_config
+from toolkernel.config import CONFIG_FILENAME, Config, load_config
 from toolkernel.context import RunContext, ToolContext
 from toolkernel.definition import ConcurrencyGroup, ExecutionMode, ToolDefinition
 from toolkernel.dispatch import Adapter, Invocation, NativeAdapter, Outcome, dispatch
@@ -184,6 +184,13 @@ class Kernel:
         self._provider_names: dict[str, str] = {}  # provider spelling -> tool name
         self._received: dict[str, int] = {}  # call id -> time.time_ns() it arrived
         self._argument_checks: dict[str, ArgumentCheck] = {}
+        # The configuration that governs this kernel, and where the next one would be
+        # looked for: no tool writes either (a model must not rewrite its own policy).
+        self._config_files = frozenset(
+            path.resolve()
+            for path in (self.config.source, self.config.workspace / CONFIG_FILENAME)
+            if path is not None
+        )
         self._approval_checks: dict[str, ApprovalCheck] = {}
         if builtins:
             from toolkernel.builtins import BUILTIN_TOOLS
@@ -621,6 +628,14 @@ class Kernel:
         )
         if decision.allowed and tool.definition.execution_mode not in self.adapters:
             return _no_adapter(tool.definition)
+        if decision.allowed and _writes(tool.definition):
+            for path in checked.paths:
+                if path.absolute in self._config_files:  # the policy itself: never by a tool
+                    return Decision(
+                        False,
+                        ErrorCode.PATH_DENIED,
+                        safe_message(ErrorCode.PATH_DENIED, tool=tool.name, path=path.relative),
+                    )
         check = self._approval_checks.get(tool.name)
         if decision.allowed and check is not None:
             try:
@@ -909,6 +924,13 @@ def _settle(
     inflight.result = result
     inflight_map.pop((request.tool_name, str(request.idempotency_key)), None)
     inflight.done.set()
+
+
+def _writes(definition: ToolDefinition) -> bool:
+    return (
+        definition.permissions.write_workspace
+        or definition.execution_mode is ExecutionMode.SANDBOX_WRITE
+    )
 
 
 def _no_adapter(definition: ToolDefinition) -> Decision:

@@ -413,3 +413,24 @@ async def test_a_tool_knows_whether_a_human_approved_its_call(kernel_factory):
     free = await kernel.call(run, "local.ping", {})
     assert (held.status, held.structured_output) == (Status.SUCCEEDED, True)
     assert (free.status, free.structured_output) == (Status.SUCCEEDED, False)
+
+
+@pytest.mark.parametrize("name", ["toolkernel.toml", "./toolkernel.toml"])
+async def test_no_tool_may_write_the_policy_file_even_to_create_it(kernel_factory, calls, name):
+    kernel = kernel_factory(WRITE_EVERYWHERE)
+    run = kernel.start_run()
+    result = await kernel.call(run, "file.write", {"path": name, "text": "[policy]"})
+    other = await kernel.call(run, "file.write", {"path": "notes.txt", "text": "x"})
+    assert (result.status, result.error_code) == (Status.DENIED, ErrorCode.PATH_DENIED)
+    assert other.status is Status.SUCCEEDED
+    assert calls.count == {"file.write": 1}
+
+
+WRITE_EVERYWHERE = """
+[run]
+profile = "full"
+state = "EDITING"
+
+[[exposure]]
+tools = ["*"]
+"""

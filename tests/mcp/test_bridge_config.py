@@ -128,3 +128,12 @@ def test_inspect_can_start_the_server_in_the_sandbox(tmp_path, capfd):
     assert '"peek"' in capfd.readouterr().out
     assert cli_main(jailed) == 2  # without its own directory, the script cannot be read
     assert "could not be started" in capfd.readouterr().err
+
+
+def test_inspect_refuses_sandbox_options_that_would_do_nothing(tmp_path, capfd):
+    base = ["mcp", "inspect", "--workspace", str(tmp_path)]
+    assert cli_main([*base, "--sandbox", "read-only", "http://127.0.0.1:9/mcp"]) == 2
+    assert cli_main([*base, "--ro-bind", "/opt", "--", sys.executable, "x.py"]) == 2
+    err = capfd.readouterr().err
+    assert "a URL is not started here" in err
+    assert "add --sandbox" in err

@@ -13,6 +13,7 @@ from fixtures.bridge_support import FIXTURE_SERVER, fixture_server, open_kernel
 from toolkernel.codes import Status
 from toolkernel.errors import ConfigError
 from toolkernel.mcp import McpBridge
+from toolkernel.mcp.sandboxed import sandboxed_argv
 from toolkernel.mcp.servers import parse_servers
 
 pytestmark = pytest.mark.anyio
@@ -94,17 +95,24 @@ async def test_a_workspace_sandbox_writes_the_workspace_but_not_git_or_the_ledge
     workspace, layout
 ):
     (workspace / ".git").mkdir(exist_ok=True)
+    (workspace / "vendor" / ".git").mkdir(parents=True)
+    (workspace / "vendor" / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
     calls = [
         ("touch", {"path": layout["new"]}),
         ("touch", {"path": layout["git"]}),
         ("peek", {"path": layout["ledger"]}),
+        ("touch", {"path": str(workspace / "toolkernel.toml")}),
+        ("touch", {"path": str(workspace / "vendor" / ".git" / "hook")}),
     ]
     texts = await _texts(workspace, files_server(sandbox="workspace"), calls)
     assert texts[0] == "wrote"
     assert Path(layout["new"]).read_text() == "touched"
     assert texts[1].startswith("refused: ")
     assert texts[2].startswith("refused: ")  # the runtime's state is hidden
+    assert texts[3].startswith("refused: ")  # its own sandbox is not its to loosen
+    assert texts[4].startswith("refused: ")  # nor a nested repository's hooks
     assert not Path(layout["git"]).exists()
+    assert "touched" not in (workspace / "toolkernel.toml").read_text()
 
 
 async def test_without_bubblewrap_a_sandboxed_server_is_unavailable_not_unsandboxed(
@@ -133,3 +141,25 @@ def test_only_a_stdio_server_can_be_sandboxed() -> None:
         parse_servers({"servers": [{"name": "b", "url": "http://x/mcp", "sandbox": "read-only"}]})
     with pytest.raises(ConfigError, match="sandbox"):
         parse_servers({"servers": [{"name": "c", "command": ["x"], "sandbox": "yes"}]})
+
+
+@pytest.mark.parametrize(
+    "bind", ["relative/dir", "/", "/tmp", "/run", "HOME", "HOME_PARENT", "STATE", "LINK_TO_HOME"]
+)
+def test_a_bind_that_would_expose_what_the_sandbox_hides_is_refused(workspace, tmp_path, bind):
+    kernel = open_kernel(workspace)
+    link = tmp_path / "innocent-tools"
+    link.symlink_to(Path.home())
+    chosen = {
+        "HOME": str(Path.home()),
+        "HOME_PARENT": str(Path.home().parent),
+        "STATE": str(kernel.config.state_dir),
+        "LINK_TO_HOME": str(link),
+    }.get(bind, bind)
+    server = files_server(sandbox="read-only")
+    server = replace(server, ro_binds=(*server.ro_binds, chosen))
+    try:
+        with pytest.raises(ConfigError, match="ro_binds"):
+            sandboxed_argv(kernel.config, kernel.guard, server)
+    finally:
+        kernel.close()

@@ -27,7 +27,7 @@ from toolkernel.cli import main as cli_main
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.errors import UsageError
 from toolkernel.ledger import EventType
-from toolkernel.mcp.gateway import check_host
+from toolkernel.mcp.gateway import _rebinding_guard, check_host
 from toolkernel.mcp.gateway_render import PROJECTION_META, RUN_META
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -171,3 +171,17 @@ def test_serve_refuses_a_public_address_before_starting_anything(
     assert code == 2
     assert "--allow-remote" in capsys.readouterr().err
     assert not (tmp_path / ".toolkernel").exists()  # no kernel, no ledger was opened
+
+
+@pytest.mark.parametrize("host", ["127.0.0.2", "0:0:0:0:0:0:0:1", "::1", "localhost"])
+def test_every_loopback_address_gets_host_and_origin_checks(host: str) -> None:
+    guard = _rebinding_guard(host)
+    assert guard is not None
+    assert guard.enable_dns_rebinding_protection is True
+    named = f"[{host}]" if ":" in host else host
+    assert f"{named}:*" in guard.allowed_hosts
+    assert "evil.example:*" not in guard.allowed_hosts
+
+
+def test_an_allowed_remote_address_is_served_without_a_host_list() -> None:
+    assert _rebinding_guard("0.0.0.0") is None

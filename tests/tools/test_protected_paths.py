@@ -82,3 +82,16 @@ def test_a_secret_across_the_preview_edge_does_not_leak_in_part(kernel, offset):
     for size in range(8, len(token)):  # no fragment long enough to matter
         assert token[-size:] not in shown
         assert token[:size] not in shown
+
+
+def test_nested_repositories_and_the_policy_file_are_not_writable(kernel):
+    ws = kernel.config.workspace
+    (ws / "vendor" / "lib" / ".git").mkdir(parents=True)
+    (ws / "vendor" / "lib" / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    policy = (ws / "toolkernel.toml").read_text()
+    hook = run_shell(kernel, "sh", "-c", "echo evil > vendor/lib/.git/hooks-post-checkout")
+    loosen = run_shell(kernel, "sh", "-c", "echo '[policy]' >> toolkernel.toml")
+    assert hook.status is Status.FAILED
+    assert not (ws / "vendor" / "lib" / ".git" / "hooks-post-checkout").exists()
+    assert loosen.status is Status.FAILED
+    assert (ws / "toolkernel.toml").read_text() == policy

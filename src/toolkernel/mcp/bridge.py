@@ -50,6 +50,7 @@ from typing import Any, Final, Self, TextIO
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 import mcp_types as types
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -67,7 +68,7 @@ from toolkernel.kernel import Kernel
 from toolkernel.ledger import EventType, NewEvent
 from toolkernel.lint import Finding, Severity, lint_definition
 from toolkernel.mcp.pins import PinStore, PinVerdict, pinned_view
-from toolkernel.mcp.sandboxed import sandboxed_argv
+from toolkernel.mcp.sandboxed import SANDBOX_ENV, sandboxed_argv
 from toolkernel.mcp.servers import ServerConfig
 from toolkernel.run import Run
 
@@ -289,8 +290,14 @@ class ServerConnection:
 
     async def _own(self, stop: anyio.Event, *, task_status: anyio.abc.TaskStatus[Client]) -> None:
         started = False
+        argv = list(self.config.command)
+        if self.config.sandbox != "none":
+            if self._sandbox is None:
+                raise SandboxUnavailable(f"nothing can sandbox MCP server {self.config.name}")
+            # Raises rather than start it unsandboxed; lists the workspace: off the loop.
+            argv = await anyio.to_thread.run_sync(self._sandbox, self.config)
         try:
-            async with self._new_client() as client:
+            async with self._new_client(argv) as client:
                 task_status.started(client)
                 started = True
                 await stop.wait()
@@ -300,21 +307,19 @@ class ServerConnection:
             # The process died or the connection broke: calls see it as REMOTE_ERROR.
             _log.info("MCP server %s: connection ended", self.config.name, exc_info=True)
 
-    def _new_client(self) -> Client:
+    def _new_client(self, argv: list[str]) -> Client:
         config = self.config
         target: Any
         if config.url:
             target = config.url
         else:
-            argv = list(config.command)
+            env = config.child_env()
             if config.sandbox != "none":
-                if self._sandbox is None:
-                    raise SandboxUnavailable(f"nothing can sandbox MCP server {config.name}")
-                argv = self._sandbox(config)  # raises rather than start it unsandboxed
+                env |= SANDBOX_ENV
             params = StdioServerParameters(
                 command=argv[0],
                 args=argv[1:],
-                env=config.child_env(),
+                env=env,
                 cwd=config.cwd,
             )
             target = stdio_client(params, errlog=self._errlog or sys.stderr)

@@ -45,6 +45,7 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions
 from mcp.server.stdio import stdio_server
+from mcp.server.transport_security import TransportSecuritySettings
 
 from toolkernel.approval import Approver
 from toolkernel.calls import ToolCallResult, new_id
@@ -419,7 +420,8 @@ async def _serve_http(server: Server[Any], host: str, port: int) -> None:
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
 
-    app = server.streamable_http_app(host=host)
+    host = host.strip("[]")  # "[::1]" names the same address as "::1"
+    app = server.streamable_http_app(host=host, transport_security=_rebinding_guard(host))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -517,6 +519,23 @@ def check_host(host: str, *, allow_remote: bool) -> None:
             "authenticating proxy in front), or pass --allow-remote to accept the risk."
         )
     _log.warning("serving on %s without authentication (--allow-remote)", host)
+
+
+def _rebinding_guard(host: str) -> TransportSecuritySettings | None:
+    """Host and Origin checks for a loopback address, whichever one it is.
+
+    The SDK turns them on only for 127.0.0.1, localhost and ::1; 127.0.0.2 or a
+    spelled-out ::1 would otherwise take requests a web page rebound to them.
+    """
+    if not (host == "localhost" or _is_loopback(host)):
+        return None  # --allow-remote: the Host a remote client uses is not known here
+    named = f"[{host}]" if ":" in host else host
+    hosts = [named, "127.0.0.1", "localhost", "[::1]"]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{h}:*" for h in hosts],
+        allowed_origins=[f"http://{h}:*" for h in hosts],
+    )
 
 
 def _is_loopback(host: str) -> bool:

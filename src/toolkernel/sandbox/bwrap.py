@@ -227,8 +227,13 @@ def _install_prefixes(exe: Path) -> list[Path]:
         home = _venv_home(venv_cfg)
         return [prefix] + ([home.parent] if home is not None else [])
     # A prefix with lib/ is an installation (/opt/node, ~/.pyenv/versions/3.11.7);
-    # a home directory never is bound whole, since it holds credentials.
-    if (prefix / "lib").is_dir() and prefix not in (Path("/"), Path.home().parent, Path.home()):
+    # a home directory never is bound whole, since it holds credentials. ~/.local is
+    # pip --user's, pipx's and uv's prefix, but also holds every app's data
+    # (share/, state/): only the program and the libraries.
+    home = Path.home()
+    if prefix == home / ".local":
+        return [exe, prefix / "lib"] if (prefix / "lib").is_dir() else [exe]
+    if (prefix / "lib").is_dir() and prefix not in (Path("/"), home.parent, home):
         return [prefix]
     return [exe]
 

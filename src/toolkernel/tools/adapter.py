@@ -71,6 +71,7 @@ __all__ = [
     "SandboxSettings",
     "protected_paths",
     "sandbox_for",
+    "write_protected",
 ]
 
 SANDBOX_MODES: Final = (
@@ -340,6 +341,13 @@ class Sandbox:
         timeout = budget if timeout_s is None else min(timeout_s, budget)
         if timeout <= 0:
             raise ToolFailed(self._timeout_message(timeout_s), code=ErrorCode.TIMEOUT)
+        kernel = self._ctx.kernel
+        assert kernel is not None
+        protected: tuple[Path, ...] = ()
+        if self.writable:
+            protected = await anyio.to_thread.run_sync(
+                write_protected, kernel.config, self.workspace, self.settings.rg
+            )
         spec = SandboxSpec(
             workspace=self.workspace,
             writable=self.writable,
@@ -348,7 +356,7 @@ class Sandbox:
             cwd=cwd,
             limits=self.settings.limits,
             extra_ro_binds=_interpreter_prefixes(),
-            read_only=_git_dirs(self.workspace) if self.writable else (),
+            read_only=protected,
             hidden=await anyio.to_thread.run_sync(self._protected_paths),
             extra_rw_binds=rw_dirs,
         )
@@ -585,9 +593,34 @@ def _search_path(settings: SandboxSettings, workspace: Path) -> str:
     return ":".join(dict.fromkeys(entries))
 
 
-def _git_dirs(workspace: Path) -> tuple[Path, ...]:
-    git = workspace / ".git"
-    return (git,) if git.exists() and not git.is_symlink() else ()
+def write_protected(config: Config, workspace: Path, rg: str | None = None) -> tuple[Path, ...]:
+    """What a process with the workspace writable may read but never change: every
+    repository's ``.git`` (hooks and config run later, on the host) and the runtime's
+    own configuration file when it lies in the workspace."""
+    from toolkernel.tools.search import find_rg  # search builds on this module
+
+    listing = subprocess.run(
+        [
+            find_rg(rg),
+            *("--files", "--hidden", "--no-ignore", "--no-config", "--null"),
+            *("--glob", "**/.git/HEAD", "--glob", "!.toolkernel"),
+        ],
+        cwd=workspace,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    protected = []
+    for raw in listing.stdout.split(b"\0"):
+        git = workspace / os.fsdecode(raw)
+        if raw and not git.parent.is_symlink():
+            protected.append(git.parent)
+    top = workspace / ".git"
+    if top.exists() and not top.is_symlink() and top not in protected:
+        protected.append(top)  # a worktree's or submodule's .git file
+    if config.source is not None and config.source.resolve().is_relative_to(workspace):
+        protected.append(config.source.resolve())
+    return tuple(protected)
 
 
 def _interpreter_prefixes() -> tuple[Path, ...]:
