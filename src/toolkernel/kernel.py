@@ -375,10 +375,15 @@ class Kernel:
         on_progress: ProgressListener | None,
         approver: Approver | None = None,
     ) -> list[ToolCallResult]:
-        for call in batch:
-            if call.tool_call_id:
-                run.proposed(call.tool_call_id)  # cancellable while it waits its turn
-        await run.gate.acquire(exclusive)
+        named = [call.tool_call_id for call in batch if call.tool_call_id]
+        for call_id in named:
+            run.proposed(call_id)  # cancellable while it waits its turn
+        try:
+            await run.gate.acquire(exclusive)
+        except BaseException:
+            for call_id in named:  # never admitted: nothing of them is kept
+                run.finished(call_id)
+            raise
         journal = _Journal(self.ledger, run.id)
         try:
             admissions = [await self._admit(run, call, journal, approver) for call in batch]
@@ -418,6 +423,7 @@ class Kernel:
                 run.gate.release(exclusive)
                 for call_id in journal.call_ids:  # calls a cancellation cut short too
                     self._received.pop(call_id, None)
+                for call_id in (*journal.call_ids, *named):
                     run.finished(call_id)
 
     # -- the pipeline ----------------------------------------------------------------
