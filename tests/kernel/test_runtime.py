@@ -461,3 +461,27 @@ def test_sync_api_works_without_an_event_loop(kernel_factory):
     result = kernel.call_sync(run, "repo.lookup", '{"query": "x"}')
     assert result.status is Status.SUCCEEDED
     assert result.structured_output == {"query": "x", "limit": 10}
+
+
+async def test_a_call_abandoned_while_it_waits_its_turn_is_forgotten(kernel_factory):
+    kernel = kernel_factory()
+    release = anyio.Event()
+
+    @tool("slow.hold", mutating=True, timeout_ms=10_000)
+    async def hold() -> str:
+        """Hold the run's write turn until released."""
+        await release.wait()
+        return "done"
+
+    kernel.register(hold)
+    run = kernel.start_run()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            group.start_soon(kernel.call, run, "slow.hold", {})
+            await anyio.wait_all_tasks_blocked()
+            with anyio.CancelScope() as waiting:
+                waiting.cancel()  # it gives up at the run's gate, before admission
+                await kernel.call(run, "slow.hold", {}, tool_call_id="w")
+            assert waiting.cancelled_caught
+            assert run.cancel_call("w") is False  # nothing of it was kept
+            release.set()
