@@ -476,13 +476,15 @@ class Kernel:
                 journal,
                 self.approver if approver is None else approver,
             )
+        cancelled = run.cancelled_before_start(call_id)
+        if cancelled is not None:  # while it was admitted or a human was asked: never runs
+            # Checked first: an approver that stopped waiting because of the cancel says
+            # "denied", but what happened is that the call was cancelled.
+            result = ToolCallResult.from_code(call_id, cancelled, tool=name)
+            return self._refuse(journal, request, events, result, inflight)
         if not decision.allowed:
             code = decision.reason_code or ErrorCode.POLICY_ERROR
             result = ToolCallResult.from_code(call_id, code, message=decision.safe_message)
-            return self._refuse(journal, request, events, result, inflight)
-        cancelled = run.cancelled_before_start(call_id)
-        if cancelled is not None:  # while it was admitted or a human was asked: never runs
-            result = ToolCallResult.from_code(call_id, cancelled, tool=name)
             return self._refuse(journal, request, events, result, inflight)
 
         run.meter.charge(name, decision.cost, rate_keys(self.config.policy, name))

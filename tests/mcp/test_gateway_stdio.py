@@ -203,6 +203,36 @@ def test_a_client_cancel_cancels_the_call_and_the_ledger_says_so(
     anyio.run(main)
 
 
+def test_a_client_cancel_while_its_user_is_asked_ends_the_wait(workspace: Path) -> None:
+    # Handshake-era only: on 2026-07-28 the server does not wait for the answer (the
+    # form travels in an InputRequiredResult), so there is nothing to cancel there.
+    mode = "legacy"
+    asked = anyio.Event()
+
+    async def never_answer(_context: Any, _params: types.ElicitRequestParams) -> Any:
+        asked.set()
+        await anyio.sleep_forever()
+
+    async def main() -> None:
+        async with stdio_client(workspace, mode=mode, elicitation_callback=never_answer) as c:
+            run_id = await run_id_of(c)
+            async with anyio.create_task_group() as group:
+
+                async def call() -> None:
+                    await c.call_tool("fixture.erase", {"target": "build/cache"})
+
+                group.start_soon(call)
+                await asked.wait()
+                group.cancel_scope.cancel()  # the SDK sends notifications/cancelled
+            recorded = await wait_for_result(workspace, run_id, "fixture.erase")
+        assert (recorded["status"], recorded["errorCode"]) == (
+            Status.CANCELLED,
+            ErrorCode.USER_CANCELLED,
+        )
+
+    anyio.run(main)
+
+
 def _answering(action: str, seen: list[types.ElicitRequestParams]) -> Any:
     async def answer(_context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         seen.append(params)
