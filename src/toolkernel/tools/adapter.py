@@ -30,7 +30,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -343,11 +343,18 @@ class Sandbox:
             raise ToolFailed(self._timeout_message(timeout_s), code=ErrorCode.TIMEOUT)
         kernel = self._ctx.kernel
         assert kernel is not None
-        protected: tuple[Path, ...] = ()
-        if self.writable:
-            protected = await anyio.to_thread.run_sync(
-                write_protected, kernel.config, self.workspace, self.settings.rg
-            )
+        views: dict[str, tuple[Path, ...]] = {"read_only": ()}
+
+        async def view(key: str, listing: Callable[[], tuple[Path, ...]]) -> None:
+            views[key] = await anyio.to_thread.run_sync(listing)
+
+        async with anyio.create_task_group() as group:  # two tree walks, side by side
+            group.start_soon(view, "hidden", self._protected_paths)
+            if self.writable:
+                config, rg = kernel.config, self.settings.rg
+                group.start_soon(
+                    view, "read_only", lambda: write_protected(config, self.workspace, rg)
+                )
         spec = SandboxSpec(
             workspace=self.workspace,
             writable=self.writable,
@@ -356,8 +363,8 @@ class Sandbox:
             cwd=cwd,
             limits=self.settings.limits,
             extra_ro_binds=_interpreter_prefixes(),
-            read_only=protected,
-            hidden=await anyio.to_thread.run_sync(self._protected_paths),
+            read_only=views["read_only"],
+            hidden=views["hidden"],
             extra_rw_binds=rw_dirs,
         )
         staging = self.artifacts.staging_dir()
