@@ -132,7 +132,7 @@ class SqliteBackend(Backend):
 class PostgresBackend(Backend):
     name = "postgres"
     # PostgreSQL text cannot hold NUL; the ledger refuses it (see test_postgres_ledger).
-    tool_call_ids = st.text(st.characters(exclude_characters="\0"), max_size=6)
+    tool_call_ids = st.text(st.characters(codec="utf-8", exclude_characters="\0"), max_size=6)
 
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
