@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -163,3 +164,36 @@ def test_a_bind_that_would_expose_what_the_sandbox_hides_is_refused(workspace, t
             sandboxed_argv(kernel.config, kernel.guard, server)
     finally:
         kernel.close()
+
+
+@pytest.mark.parametrize(
+    ("fields", "reached"),
+    [
+        ({}, True),
+        ({"sandbox": "read-only"}, False),
+        ({"sandbox": "read-only", "network": True}, True),
+    ],
+)
+async def test_the_network_is_the_hosts_only_outside_the_sandbox(workspace, fields, reached):
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = str(listener.getsockname()[1])
+        [text] = await _texts(workspace, files_server(**fields), [("dial", {"port": port})])
+    assert (text == "connected") is reached
+
+
+async def test_a_sandboxed_server_restarted_after_a_crash_is_sandboxed_again(workspace, layout):
+    kernel = open_kernel(workspace)
+    try:
+        with anyio.fail_after(60):
+            async with McpBridge(kernel, [files_server(sandbox="read-only")]) as bridge:
+                await bridge.connect_all()
+                run = kernel.start_run()
+                crashed = await kernel.call(run, "fx.crash", {})
+                again = await kernel.call(run, "fx.peek", {"path": layout["outside"]})
+    finally:
+        kernel.close()
+    assert crashed.status is Status.FAILED
+    assert again.status is Status.SUCCEEDED
+    assert again.structured_output["content"][0]["text"] == "refused: FileNotFoundError"
