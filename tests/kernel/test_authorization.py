@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import anyio
 import pytest
 
+from toolkernel.approval import ApprovalDecision, ApprovalRequest
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.context import RunState, ToolContext, VerificationStatus
 from toolkernel.definition import Permissions
@@ -158,6 +160,44 @@ async def test_a_calls_own_approver_decides_instead_of_the_kernels(kernel_factor
         if e.type is EventType.APPROVAL_GRANTED and e.tool_call_id == mine.tool_call_id
     ]
     assert granted[0].payload["approver"] == "session-user"
+
+
+async def test_a_call_cancelled_while_a_human_is_asked_never_runs(kernel_factory, calls):
+    asked = anyio.Event()
+    answer = anyio.Event()
+
+    async def slow_human(request: ApprovalRequest) -> ApprovalDecision:
+        asked.set()
+        await answer.wait()
+        return ApprovalDecision(True, "late-human")
+
+    kernel = kernel_factory(NETWORK_ASK, approver=slow_human)
+    run = kernel.start_run()
+    assert run.cancel_call("c1", ErrorCode.USER_CANCELLED) is False  # nothing to cancel yet
+    results = []
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+
+            async def call() -> None:
+                url = {"url": "https://example.org"}
+                results.append(await kernel.call(run, "web.fetch", url, tool_call_id="c1"))
+
+            group.start_soon(call)
+            await asked.wait()
+            assert run.cancel_call("c1", ErrorCode.SUPERSEDED) is True
+            answer.set()  # approved, but too late
+    (result,) = results
+    assert (result.status, result.error_code) == (Status.CANCELLED, ErrorCode.SUPERSEDED)
+    assert calls.count == {}
+    assert event_types(kernel.ledger.events(run.id), "c1") == [
+        EventType.TOOL_CALL_REQUEST,
+        EventType.APPROVAL_REQUESTED,
+        EventType.APPROVAL_GRANTED,
+        EventType.TOOL_CALL_RESULT,
+    ]
+    assert run.cancel_call("c1") is False  # over: a later call with this id is unaffected
+    again = await kernel.call(run, "repo.lookup", {"query": "q"}, tool_call_id="c1")
+    assert again.status is Status.SUCCEEDED
 
 
 async def test_network_denied_by_policy_is_refused(kernel_factory):

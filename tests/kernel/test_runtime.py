@@ -8,7 +8,6 @@ import threading
 import anyio
 import pytest
 
-from toolkernel.approval import ApprovalDecision, ApprovalRequest
 from toolkernel.canonical import canonical_json
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.context import ToolContext
@@ -18,17 +17,6 @@ from toolkernel.functions import tool
 from toolkernel.ledger import EventType
 from toolkernel.run import ToolCall
 from toolkernel.testing import event_types
-
-NETWORK_ASK = """
-[run]
-profile = "full"
-
-[policy]
-network = "ask"
-
-[[exposure]]
-tools = ["*"]
-"""
 
 pytestmark = pytest.mark.anyio
 
@@ -76,44 +64,6 @@ async def test_cancelling_a_call_stops_it_with_the_reason(kernel_factory):
     (result,) = results
     assert result.status is Status.CANCELLED
     assert result.error_code is ErrorCode.SUPERSEDED
-
-
-async def test_a_call_cancelled_while_a_human_is_asked_never_runs(kernel_factory, calls):
-    asked = anyio.Event()
-    answer = anyio.Event()
-
-    async def slow_human(request: ApprovalRequest) -> ApprovalDecision:
-        asked.set()
-        await answer.wait()
-        return ApprovalDecision(True, "late-human")
-
-    kernel = kernel_factory(NETWORK_ASK, approver=slow_human)
-    run = kernel.start_run()
-    assert run.cancel_call("c1", ErrorCode.USER_CANCELLED) is False  # nothing to cancel yet
-    results = []
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as group:
-
-            async def call() -> None:
-                url = {"url": "https://example.org"}
-                results.append(await kernel.call(run, "web.fetch", url, tool_call_id="c1"))
-
-            group.start_soon(call)
-            await asked.wait()
-            assert run.cancel_call("c1", ErrorCode.SUPERSEDED) is True
-            answer.set()  # approved, but too late
-    (result,) = results
-    assert (result.status, result.error_code) == (Status.CANCELLED, ErrorCode.SUPERSEDED)
-    assert calls.count == {}
-    assert event_types(kernel.ledger.events(run.id), "c1") == [
-        EventType.TOOL_CALL_REQUEST,
-        EventType.APPROVAL_REQUESTED,
-        EventType.APPROVAL_GRANTED,
-        EventType.TOOL_CALL_RESULT,
-    ]
-    assert run.cancel_call("c1") is False  # over: a later call with this id is unaffected
-    again = await kernel.call(run, "repo.lookup", {"query": "q"}, tool_call_id="c1")
-    assert again.status is Status.SUCCEEDED
 
 
 async def test_after_the_run_is_cancelled_no_call_starts(kernel_factory, calls):

@@ -79,14 +79,17 @@ def test_appends_and_syncs_racing_from_many_threads_keep_order_and_are_stored(
 
 
 class WriterGate(SqliteLedger):
-    """Holds the writer thread inside its store until the test opens the gate."""
+    """Holds the writer thread inside its store until the test opens the gate, and
+    remembers which thread stored each batch."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(path)
         self.writer_inside = threading.Event()
         self.open = threading.Event()
+        self.threads: list[str] = []
 
     def append_batch(self, batches: Sequence[tuple[str, Sequence[NewEvent]]]) -> None:
+        self.threads.append(threading.current_thread().name)
         if threading.current_thread().name == "toolkernel-ledger":
             self.writer_inside.set()
             assert self.open.wait(5)
@@ -157,21 +160,10 @@ def test_kernel_with_group_commit_records_the_same_events(kernel_factory):
     assert kernel.ledger.verify().ok
 
 
-class ThreadRecorder(SqliteLedger):
-    """Remembers which thread stored each batch."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
-        self.threads: list[str] = []
-
-    def append_batch(self, batches: Sequence[tuple[str, Sequence[NewEvent]]]) -> None:
-        self.threads.append(threading.current_thread().name)
-        super().append_batch(batches)
-
-
 def test_a_durable_append_is_stored_by_the_caller_before_it_returns(tmp_path: Path):
     path = tmp_path / "l.db"
-    inner = ThreadRecorder(path)
+    inner = WriterGate(path)
+    inner.open.set()
     ledger = GroupCommitLedger(inner)
     ledger.append_durable([("r", [request(1), request(2)])])
     assert inner.threads == [threading.current_thread().name]  # the writer was not woken

@@ -44,7 +44,7 @@ from toolkernel.ledger.base import (
 
 # The record layout, chaining, decoding and verification are the SQLite backend's, so
 # that both backends store and check exactly the same thing.
-from toolkernel.ledger.rows import Head, Prepared, Verifier, chain_rows, row_event
+from toolkernel.ledger.rows import Head, Prepared, Verifier, chain_rows, row_event, stored_events
 
 __all__ = ["PostgresLedger"]
 
@@ -224,11 +224,7 @@ class PostgresLedger(Ledger):
                 self._heads.pop(run_id, None)
                 raise self._append_error(exc, f"run {run_id!r}") from exc
             self._heads[run_id] = (rows[-1][1], rows[-1][7])
-        # The caller's payloads, not a decode of what was stored (as SqliteLedger).
-        return [
-            Event(run_id, row[1], p[0], at, p[1], dict(e.payload), row[6], row[7])
-            for row, p, e in zip(rows, prepared, events, strict=True)
-        ]
+        return stored_events(run_id, at, rows, prepared, events)
 
     def append_batch(self, batches: Sequence[tuple[str, Sequence[NewEvent]]]) -> None:
         """Append several runs' events in one transaction: all are stored, or none.

@@ -7,7 +7,7 @@ the same columns in SQLite and PostgreSQL, so both chain and verify identically.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 from toolkernel.canonical import canonical_json
@@ -16,13 +16,14 @@ from toolkernel.ledger.base import (
     GENESIS_HASH,
     Event,
     EventType,
+    NewEvent,
     Problem,
     ProblemKind,
     VerifyReport,
     chained_hash,
 )
 
-__all__ = ["Head", "Prepared", "Verifier", "chain_rows", "row_event"]
+__all__ = ["Head", "Prepared", "Verifier", "chain_rows", "row_event", "stored_events"]
 
 Head = tuple[int, str]
 """A run's last (seq, hash)."""
@@ -43,6 +44,21 @@ def chain_rows(run_id: str, at: str, prepared: list[Prepared], head: Head) -> li
         rows.append((run_id, seq, type_, at, tool_call_id, payload.decode(), prev, digest))
         prev = digest
     return rows
+
+
+def stored_events(
+    run_id: str,
+    at: str,
+    rows: list[tuple[Any, ...]],
+    prepared: list[Prepared],
+    events: Sequence[NewEvent],
+) -> list[Event]:
+    """What ``append`` returns: the stored rows, with the caller's payloads rather than a
+    decode of what was stored (decoding every payload again cost more than the insert)."""
+    return [
+        Event(run_id, row[1], p[0], at, p[1], dict(e.payload), row[6], row[7])
+        for row, p, e in zip(rows, prepared, events, strict=True)
+    ]
 
 
 def row_event(row: tuple[Any, ...]) -> Event:

@@ -34,7 +34,14 @@ from toolkernel.ledger.base import (
     RunSummary,
     VerifyReport,
 )
-from toolkernel.ledger.rows import Head, Prepared, Verifier, chain_rows, row_event
+from toolkernel.ledger.rows import (
+    Head,
+    Prepared,
+    Verifier,
+    chain_rows,
+    row_event,
+    stored_events,
+)
 
 __all__ = ["SqliteLedger"]
 
@@ -164,12 +171,7 @@ class SqliteLedger(Ledger):
         # Encode before taking any lock, so a bad payload fails without touching the file.
         prepared = _prepare(events)
         at, rows = self._store(run_id, prepared)
-        # The caller's payloads, not a decode of what was stored: decoding every payload
-        # again on the hot path cost more than the insert itself.
-        return [
-            Event(run_id, row[1], p[0], at, p[1], dict(e.payload), row[6], row[7])
-            for row, p, e in zip(rows, prepared, events, strict=True)
-        ]
+        return stored_events(run_id, at, rows, prepared, events)
 
     def append_batch(self, batches: Sequence[tuple[str, Sequence[NewEvent]]]) -> None:
         """Append several runs' events in one transaction: all are stored, or none.

@@ -18,7 +18,6 @@ protocol errors. Over stdio nothing but JSON-RPC goes to stdout; logs go to stde
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import ipaddress
 import logging
@@ -51,7 +50,7 @@ from toolkernel.approval import Approver
 from toolkernel.calls import ToolCallResult, new_id
 from toolkernel.cancel import CancellationToken
 from toolkernel.codes import ErrorCode, Status, safe_message
-from toolkernel.errors import ToolkernelError, UsageError
+from toolkernel.errors import UsageError
 from toolkernel.kernel import Kernel
 from toolkernel.mcp.gateway_approval import (
     APPROVAL_INPUT,
@@ -552,32 +551,10 @@ def _requester(ctx: _Context) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m toolkernel.mcp.gateway``: the ``toolkernel serve`` options."""
-    parser = argparse.ArgumentParser(prog="toolkernel serve", description=__doc__.splitlines()[0])
-    parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--allow-remote", action="store_true")
-    parser.add_argument("--config", type=Path)
-    parser.add_argument("--workspace", type=Path)
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        stream=sys.stderr, level=logging.INFO, format="toolkernel serve: %(message)s"
-    )
-    try:
-        return serve(
-            args.config,
-            args.workspace,
-            args.transport,
-            args.host,
-            args.port,
-            allow_remote=args.allow_remote,
-        )
-    except ToolkernelError as exc:
-        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    """``python -m toolkernel.mcp.gateway``: ``toolkernel serve`` with the same options."""
+    from toolkernel.cli import main as cli_main  # the CLI imports this module
+
+    return cli_main(["serve", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
