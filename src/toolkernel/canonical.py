@@ -3,19 +3,59 @@
 One byte form per JSON value (sorted keys, no insignificant whitespace, UTF-8), so that
 the same arguments or the same tool definition always hash the same. Used for
 ``argumentsHash``, definition pins and the ledger's hash chain.
+
+The form is defined by the standard library's encoder (``sort_keys``, compact
+separators, ``ensure_ascii=False``, no NaN). Encoding every ledger payload with it
+cost more than the rest of a call's bookkeeping, so values are first encoded with
+orjson, ten times faster, and that output is kept only when it is the same bytes:
+it decodes back to a value equal to the input (so no NaN became ``null``, no UUID,
+enum or tuple was accepted that the standard encoder treats otherwise) and it holds
+no float in the ranges where the two write floats differently (``1e-7`` against
+``1e-07``). Anything else (such floats, errors) goes through the
+standard encoder, which gives the canonical bytes or the canonical error. The
+equivalence is a property test (tests/test_canonical.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, Final
+
+import orjson
 
 __all__ = ["canonical_json", "sha256_hex", "sha256_of"]
 
-_ENCODER = json.JSONEncoder(
+_ENCODER: Final = json.JSONEncoder(
     ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
 )
+_FAST_OPTIONS: Final = (
+    orjson.OPT_SORT_KEYS
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+)
+# Where orjson spells a float differently from Python. Both write the shortest digits
+# that read back as the same float, in plain decimal from 1e-4 up to 1e16 and with a
+# signed exponent above; below 1e-4 Python writes ``1e-05``/``1e-07`` where orjson
+# writes ``0.00001``/``1e-7``. Each such orjson spelling holds a digit followed by
+# ``e-``, or ``0.0000``; seeing one (in a number or in a string) sends the value to the
+# standard encoder.
+_DIGITS: Final = frozenset(b"0123456789")
+
+
+def _odd_float(data: bytes) -> bool:
+    """Whether ``data`` may hold a float that orjson spells differently from Python."""
+    at = data.find(b"e-")
+    while at != -1:
+        if at and data[at - 1] in _DIGITS:
+            return True
+        at = data.find(b"e-", at + 2)
+    return b"0.0000" in data
+
+
+def _refuse(value: Any) -> Any:
+    raise TypeError  # orjson's ``default``: whatever it does not know natively
 
 
 def canonical_json(value: Any) -> bytes:
@@ -25,6 +65,13 @@ def canonical_json(value: Any) -> bytes:
         ValueError: the value holds NaN or Infinity, which JSON cannot carry.
         TypeError: the value holds something JSON cannot carry.
     """
+    try:
+        fast = orjson.dumps(value, default=_refuse, option=_FAST_OPTIONS)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        pass
+    else:
+        if not _odd_float(fast) and orjson.loads(fast) == value:
+            return fast
     return _ENCODER.encode(value).encode("utf-8")
 
 
