@@ -186,7 +186,7 @@ class Kernel:
         self._argument_checks: dict[str, ArgumentCheck] = {}
         # The configuration that governs this kernel, and where the next one would be
         # looked for: no tool writes either (a model must not rewrite its own policy).
-        self._config_files = frozenset(
+        self.policy_files = frozenset(
             path.resolve()
             for path in (self.config.source, self.config.workspace / CONFIG_FILENAME)
             if path is not None
@@ -638,7 +638,7 @@ class Kernel:
             return _no_adapter(tool.definition)
         if decision.allowed and _writes(tool.definition):
             for path in checked.paths:
-                if path.absolute in self._config_files:  # the policy itself: never by a tool
+                if path.absolute in self.policy_files:  # the policy itself: never by a tool
                     return Decision(
                         False,
                         ErrorCode.PATH_DENIED,

@@ -9,7 +9,7 @@ from typing import Any
 
 import anyio
 import pytest
-from fixtures.bridge_support import FIXTURE_SERVER, fixture_server, open_kernel
+from fixtures.bridge_support import FIXTURE_SERVER, OPEN_POLICY, fixture_server, open_kernel
 
 from toolkernel.codes import Status
 from toolkernel.errors import ConfigError
@@ -197,3 +197,31 @@ async def test_a_sandboxed_server_restarted_after_a_crash_is_sandboxed_again(wor
     assert crashed.status is Status.FAILED
     assert again.status is Status.SUCCEEDED
     assert again.structured_output["content"][0]["text"] == "refused: FileNotFoundError"
+
+
+async def test_a_policy_file_a_workspace_sandboxed_server_creates_is_removed(
+    workspace, tmp_path, layout
+):
+    """With no toolkernel.toml to mount read-only, one created during a call goes."""
+    from toolkernel.config import load_config
+    from toolkernel.kernel import Kernel
+
+    outside = tmp_path / "etc" / "toolkernel.toml"
+    outside.parent.mkdir()
+    outside.write_text(OPEN_POLICY)
+    kernel = Kernel(load_config(outside, workspace=workspace), workspace_tools=False)
+    planted = workspace / "toolkernel.toml"
+    try:
+        with anyio.fail_after(60):
+            async with McpBridge(kernel, [files_server(sandbox="workspace")]) as bridge:
+                await bridge.connect_all()
+                run = kernel.start_run()
+                plant = await kernel.call(run, "fx.touch", {"path": str(planted)})
+                ordinary = await kernel.call(run, "fx.touch", {"path": layout["new"]})
+    finally:
+        kernel.close()
+    assert plant.status is Status.CANCELLED
+    assert str(plant.error_code) == "POLICY_VIOLATION"
+    assert not planted.exists()
+    assert ordinary.status is Status.SUCCEEDED
+    assert Path(layout["new"]).read_text() == "touched"

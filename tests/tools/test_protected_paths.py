@@ -95,3 +95,41 @@ def test_nested_repositories_and_the_policy_file_are_not_writable(kernel):
     assert not (ws / "vendor" / "lib" / ".git" / "hooks-post-checkout").exists()
     assert loosen.status is Status.FAILED
     assert (ws / "toolkernel.toml").read_text() == policy
+
+
+@pytest.fixture
+def kernel_configured_elsewhere(tmp_path: Path):
+    """No toolkernel.toml in the workspace: the policy comes from another directory."""
+    from toolkernel.config import load_config
+    from toolkernel.kernel import Kernel
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    outside = tmp_path / "etc" / "toolkernel.toml"
+    outside.parent.mkdir()
+    outside.write_text(DEVELOPER)
+    built = Kernel(load_config(outside, workspace=ws))
+    yield built
+    built.close()
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "echo '[policy]' > toolkernel.toml",
+        "mkdir toolkernel.toml",
+        "ln -s /etc/hostname toolkernel.toml",
+    ],
+)
+def test_a_policy_file_a_command_creates_is_removed(kernel_configured_elsewhere, script):
+    """The next runtime started in the workspace would read it as its policy."""
+    kernel = kernel_configured_elsewhere
+    ws = kernel.config.workspace
+    result = run_shell(kernel, "sh", "-c", script)
+    assert result.status is Status.CANCELLED
+    assert str(result.error_code) == "POLICY_VIOLATION"
+    assert "toolkernel.toml" in result.safe_message
+    assert str(ws) not in result.safe_message
+    assert not (ws / "toolkernel.toml").exists()
+    assert not (ws / "toolkernel.toml").is_symlink()
+    assert run_shell(kernel, "sh", "-c", "echo ok > other.toml").status is Status.SUCCEEDED

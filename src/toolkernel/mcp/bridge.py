@@ -45,6 +45,7 @@ import sys
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self, TextIO
 
@@ -54,6 +55,7 @@ import anyio.to_thread
 import mcp_types as types
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
@@ -71,6 +73,7 @@ from toolkernel.mcp.pins import PinStore, PinVerdict, pinned_view
 from toolkernel.mcp.sandboxed import SANDBOX_ENV, sandboxed_argv
 from toolkernel.mcp.servers import ServerConfig
 from toolkernel.run import Run
+from toolkernel.tools.adapter import absent_policy_files, remove_planted
 
 __all__ = [
     "ADMISSION_RUN_ID",
@@ -587,8 +590,35 @@ class McpBridge:
                 name=route.remote, arguments=dict(invocation.arguments)
             )
         )
+        # A server with the workspace writable cannot be given a read-only policy file
+        # that does not exist yet; one it creates during a call is removed after it.
+        watched: tuple[Path, ...] = ()
+        if connection.config.sandbox == "workspace":
+            watched = absent_policy_files(self.kernel.policy_files, self.kernel.guard.workspace)
         try:
-            result = await client.session.send_request(
+            result = await self._send(name, client, connection, request, progress)
+        finally:
+            planted = remove_planted(watched)
+        if planted:
+            raise ToolFailed(
+                f"{name} created the runtime's own configuration, which no tool may write; "
+                "it was removed.",
+                code=ErrorCode.POLICY_VIOLATION,
+            )
+        return _to_output(
+            result, name, route.structured, self.kernel.artifacts, context.tool_call_id
+        )
+
+    async def _send(
+        self,
+        name: str,
+        client: Client,
+        connection: ServerConnection,
+        request: types.CallToolRequest,
+        progress: ProgressFnT,
+    ) -> types.CallToolResult:
+        try:
+            return await client.session.send_request(
                 request, types.CallToolResult, progress_callback=progress
             )
         except MCPError as exc:
@@ -603,9 +633,6 @@ class McpBridge:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
             connection.discard(client)
             raise _remote_failure(name, "the connection to its server broke", True) from exc
-        return _to_output(
-            result, name, route.structured, self.kernel.artifacts, context.tool_call_id
-        )
 
 
 def _identity(admission: Admission) -> dict[str, Any]:

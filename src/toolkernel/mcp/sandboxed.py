@@ -11,7 +11,9 @@ sees only its own install (found from its program, as for commands) and the
 with the reason; it is never started without one.
 
 The view is fixed when the server starts: a forbidden file created in the workspace
-later is hidden from it only after its next start.
+later is hidden from it only after its next start. A configuration file that does not
+exist cannot be mounted read-only; the bridge removes one that a writable server
+creates during a call (one created between calls is not noticed).
 """
 
 from __future__ import annotations
