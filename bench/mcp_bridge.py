@@ -14,14 +14,18 @@ and one event loop:
   dispatch with timeout and token, normalize/redact) plus the bridge's translation.
   The server is untrusted (the default), so each call is an EXTERNAL_MUTATION whose
   REQUEST/STARTED are stored before it runs;
-* **bridged, group commit**: the same with ``ledger.commit = "group"``;
+* **bridged, group commit**: the same with ``ledger.commit = "group"`` (no gain to
+  expect: both of an untrusted call's commits are durable steps);
 * **bridged, trusted**: the server marked ``trust = "trusted"``, so its annotations
   are believed: a tool with ``readOnlyHint`` (server-everything's ``echo``) is
-  READ_ONLY and its three events go in one commit after the call. Tools without the
-  hint stay mutating, as untrusted ones;
-* **kernel + native tool → SDK client**: a NATIVE async tool that calls the direct
-  client, through the same kernel: the governed path without the bridge, so the
-  difference to the bridged row is the bridge's own translation cost.
+  READ_ONLY and its three events go in one commit after the call (with group commit:
+  to the writer thread). Tools without the hint stay mutating, as untrusted ones;
+* **kernel + native relay**: a NATIVE async tool that calls the direct client,
+  through the same kernel, declared as the bridged tool is classified (mutating and
+  external like an untrusted tool; read-only like a trusted ``readOnlyHint`` tool):
+  the governed path without the bridge, so the difference to the matching bridged
+  row is the bridge's own translation cost (plus the noise between two server
+  processes, tens of µs).
 
 Servers: the repo's Python fixture server (``echo``), the npm reference server
 ``server-everything`` (``echo``) and PyPI ``mcp-server-git`` (``git_status`` of a small
@@ -113,6 +117,7 @@ async def measure(calls: int, rounds: int) -> list[tuple[str, list[Row]]]:
             (root / "each").mkdir(parents=True)
             (root / "group").mkdir()
             (root / "trusted").mkdir()
+            (root / "trusted-group").mkdir()
             async with AsyncExitStack() as stack:
                 rows = await rows_for(stack, root, argv, tool, args)
                 await run_rows(rows, calls, rounds)
@@ -131,7 +136,13 @@ async def rows_for(
     each = stack.enter_context(kernel_for(root / "each"))
     group = stack.enter_context(kernel_for(root / "group", "group"))
     believed = stack.enter_context(kernel_for(root / "trusted"))
-    for kernel, server in ((each, untrusted), (group, untrusted), (believed, trusted)):
+    trusted_group = stack.enter_context(kernel_for(root / "trusted-group", "group"))
+    for kernel, server in (
+        (each, untrusted),
+        (group, untrusted),
+        (believed, trusted),
+        (trusted_group, trusted),
+    ):
         bridge = await stack.enter_async_context(McpBridge(kernel, [server], errlog=devnull))
         await bridge.connect_all()
 
@@ -140,23 +151,28 @@ async def rows_for(
         result = await direct.call_tool(tool, args)
         return str(result.content[0])
 
-    each.register(
-        ToolDefinition.from_dict(
-            {
-                "name": "native.relay",
-                "version": "1",
-                "description": "Relays to the SDK client.",
-                "inputSchema": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "properties": {k: {"type": "string"} for k in args},
-                },
-                "executionMode": "NATIVE",
-            }
-        ),
-        relay,
-    )
-    runs = {id(k): k.start_run(profile="full") for k in (each, group, believed)}
+    for kernel, name, safety in (
+        (each, "native.relay", {"mutating": True, "external": True}),
+        (believed, "native.relay", {}),  # READ_ONLY, as a trusted readOnlyHint tool
+    ):
+        kernel.register(
+            ToolDefinition.from_dict(
+                {
+                    "name": name,
+                    "version": "1",
+                    "description": "Relays to the SDK client.",
+                    "inputSchema": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {k: {"type": "string"} for k in args},
+                    },
+                    "executionMode": "NATIVE",
+                    "safety": safety,
+                }
+            ),
+            relay,
+        )
+    runs = {id(k): k.start_run(profile="full") for k in (each, group, believed, trusted_group)}
 
     async def call_direct() -> None:
         result = await direct.call_tool(tool, args)
@@ -175,8 +191,10 @@ async def rows_for(
         Row("direct SDK client", call_direct),
         Row("bridged (untrusted, SQLite each-commit)", through(each, f"peer.{tool}")),
         Row("bridged (untrusted, SQLite group commit)", through(group, f"peer.{tool}")),
+        Row("kernel + native relay, mutating + external", through(each, "native.relay")),
         Row("bridged (trusted, SQLite each-commit)", through(believed, f"peer.{tool}")),
-        Row("kernel + native tool → SDK client", through(each, "native.relay")),
+        Row("bridged (trusted, SQLite group commit)", through(trusted_group, f"peer.{tool}")),
+        Row("kernel + native relay, read-only", through(believed, "native.relay")),
     ]
 
 

@@ -266,6 +266,12 @@ class ServerConnection:
         Raises:
             ServerUnavailable: the server could not be started or initialized.
         """
+        client = self._client
+        if client is not None:
+            # The common case, without the lock's checkpoint (a trip through the event
+            # loop on every call). One loop runs the bridge, so nothing can change
+            # ``_client`` between this check and the return.
+            return client
         async with self._lock:
             if self._client is None:
                 self.close()
