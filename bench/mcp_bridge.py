@@ -1,6 +1,7 @@
 """Per-call overhead of a bridged MCP call against calling the same server directly.
 
-Run ``python bench/mcp_bridge.py [--calls N]``; it prints a markdown report.
+Run ``python bench/mcp_bridge.py [--calls N]``; it prints a markdown report and writes
+the same text to ``bench/results/mcp_bridge.md``.
 
 For each downstream server (the repo's Python fixture server, and the npm reference
 server ``server-everything`` when node and ``node_modules`` are present), in one run
@@ -68,6 +69,7 @@ from toolkernel.policy import Action, ApprovalDefaults, Policy
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "mcp" / "fixtures" / "fixture_server.py"
 EVERYTHING = ROOT / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist"
+RESULT = ROOT / "bench" / "results" / "mcp_bridge.md"
 
 
 @dataclass
@@ -253,7 +255,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     options = parser.parse_args()
     results = anyio.run(measure, options.calls, options.rounds)
-    print(report(results, options.calls))
+    text = report(results, options.calls)
+    print(text, end="")
+    RESULT.parent.mkdir(parents=True, exist_ok=True)
+    RESULT.write_text(text, encoding="utf-8")
 
 
 if __name__ == "__main__":

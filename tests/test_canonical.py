@@ -160,3 +160,19 @@ def test_plain_values_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> Non
         "usage": {"cost": 1.0, "durationMs": 0.011, "small": -0.0001},
     }
     assert canonical_json(payload) == reference(payload)
+
+
+class Touchy(enum.Enum):
+    """An enum whose comparison raises: the fast path's check must not let that out."""
+
+    A = 1
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("no comparing")
+
+    __hash__ = enum.Enum.__hash__
+
+
+def test_an_object_whose_comparison_raises_gets_the_standard_error() -> None:
+    with pytest.raises(TypeError):
+        canonical_json([Touchy.A])

@@ -199,29 +199,41 @@ async def test_a_sandboxed_server_restarted_after_a_crash_is_sandboxed_again(wor
     assert again.structured_output["content"][0]["text"] == "refused: FileNotFoundError"
 
 
-async def test_a_policy_file_a_workspace_sandboxed_server_creates_is_removed(
-    workspace, tmp_path, layout
-):
-    """With no toolkernel.toml to mount read-only, one created during a call goes."""
+def _kernel_configured_elsewhere(workspace: Path, tmp_path: Path) -> Any:
     from toolkernel.config import load_config
     from toolkernel.kernel import Kernel
 
     outside = tmp_path / "etc" / "toolkernel.toml"
     outside.parent.mkdir()
     outside.write_text(OPEN_POLICY)
-    kernel = Kernel(load_config(outside, workspace=workspace), workspace_tools=False)
+    return Kernel(load_config(outside, workspace=workspace), workspace_tools=False)
+
+
+async def test_a_policy_file_a_workspace_sandboxed_server_creates_is_removed(
+    workspace, tmp_path, layout
+):
+    """With no toolkernel.toml to mount read-only, one the server creates goes: during
+    a call, between calls (found before the next one) or before the bridge closes."""
+    kernel = _kernel_configured_elsewhere(workspace, tmp_path)
     planted = workspace / "toolkernel.toml"
     try:
         with anyio.fail_after(60):
             async with McpBridge(kernel, [files_server(sandbox="workspace")]) as bridge:
                 await bridge.connect_all()
                 run = kernel.start_run()
-                plant = await kernel.call(run, "fx.touch", {"path": str(planted)})
+                during = await kernel.call(run, "fx.touch", {"path": str(planted)})
+                assert not planted.exists()
                 ordinary = await kernel.call(run, "fx.touch", {"path": layout["new"]})
+                planted.write_text("[policy]\n")  # as a server's background thread could
+                between = await kernel.call(run, "fx.echo", {"message": "hi"})
+                assert not planted.exists()
+                planted.write_text("[policy]\n")
+            assert not planted.exists()  # removed when the bridge closed
     finally:
         kernel.close()
-    assert plant.status is Status.CANCELLED
-    assert str(plant.error_code) == "POLICY_VIOLATION"
-    assert not planted.exists()
+    for result in (during, between):
+        assert result.status is Status.CANCELLED
+        assert str(result.error_code) == "POLICY_VIOLATION"
+        assert str(workspace) not in result.safe_message
     assert ordinary.status is Status.SUCCEEDED
     assert Path(layout["new"]).read_text() == "touched"

@@ -133,3 +133,35 @@ def test_a_policy_file_a_command_creates_is_removed(kernel_configured_elsewhere,
     assert not (ws / "toolkernel.toml").exists()
     assert not (ws / "toolkernel.toml").is_symlink()
     assert run_shell(kernel, "sh", "-c", "echo ok > other.toml").status is Status.SUCCEEDED
+
+
+def test_a_policy_file_planted_by_a_command_that_then_times_out_is_still_reported(
+    kernel_configured_elsewhere,
+):
+    kernel = kernel_configured_elsewhere
+    ws = kernel.config.workspace
+    run = kernel.start_run()
+    script = "echo '[policy]' > toolkernel.toml; sleep 30"
+    result = kernel.call_sync(run, "shell.run", {"argv": ["sh", "-c", script], "timeoutMs": 1000})
+    assert str(result.error_code) == "POLICY_VIOLATION"
+    assert not (ws / "toolkernel.toml").exists()
+
+
+def test_a_planted_tree_without_write_permission_is_removed(tmp_path: Path):
+    from toolkernel.tools.planted import _restore_owner_access, remove_planted
+
+    planted = tmp_path / "toolkernel.toml"
+    (planted / "a" / "b").mkdir(parents=True)
+    (planted / "a" / "b" / "f").write_text("x")
+    for directory in (planted / "a" / "b", planted / "a", planted, tmp_path):
+        directory.chmod(0o500)
+    try:
+        _restore_owner_access(planted)  # what removal does after a permission error
+        for directory in (tmp_path, planted, planted / "a", planted / "a" / "b"):
+            assert directory.stat().st_mode & 0o700 == 0o700
+        outcome = remove_planted([planted])
+    finally:
+        tmp_path.chmod(0o700)
+    assert outcome.found == (planted,)
+    assert outcome.left == ()
+    assert not planted.exists()

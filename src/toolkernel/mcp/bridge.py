@@ -73,7 +73,7 @@ from toolkernel.mcp.pins import PinStore, PinVerdict, pinned_view
 from toolkernel.mcp.sandboxed import SANDBOX_ENV, sandboxed_argv
 from toolkernel.mcp.servers import ServerConfig
 from toolkernel.run import Run
-from toolkernel.tools.adapter import absent_policy_files, remove_planted
+from toolkernel.tools.planted import absent_policy_files, remove_planted_async
 
 __all__ = [
     "ADMISSION_RUN_ID",
@@ -396,8 +396,15 @@ class McpBridge:
         self._held: dict[tuple[str, str], Admission] = {}
         self._reported: set[tuple[str, str, str]] = set()
         self._group: anyio.abc.TaskGroup | None = None
+        # Policy files absent when the bridge opened: while a server with the
+        # workspace writable runs, whatever appears there is removed (planted.py).
+        self._absent_policy: tuple[Path, ...] = ()
 
     async def __aenter__(self) -> Self:
+        if any(config.sandbox == "workspace" for config in self.servers.values()):
+            self._absent_policy = absent_policy_files(
+                self.kernel.policy_files, self.kernel.guard.workspace
+            )
         self._group = anyio.create_task_group()
         await self._group.__aenter__()
         for name, config in self.servers.items():
@@ -426,6 +433,8 @@ class McpBridge:
         self._group.cancel_scope.cancel()  # background refreshes; servers shut down shielded
         # The body's own exception propagates as it is, not wrapped in a group.
         await self._group.__aexit__(None, None, None)
+        with anyio.CancelScope(shield=True):  # the servers are gone: nothing recreates it
+            await remove_planted_async(self._absent_policy)
         return None
 
     # -- admission ------------------------------------------------------------------
@@ -597,20 +606,18 @@ class McpBridge:
             )
         )
         # A server with the workspace writable cannot be given a read-only policy file
-        # that does not exist yet; one it creates during a call is removed after it.
-        watched: tuple[Path, ...] = ()
-        if connection.config.sandbox == "workspace":
-            watched = absent_policy_files(self.kernel.policy_files, self.kernel.guard.workspace)
+        # that does not exist; one it creates is removed, before or after a call of it.
+        watched = self._absent_policy if connection.config.sandbox == "workspace" else ()
+        planted = await remove_planted_async(watched)
+        if planted:
+            raise planted.violation(f"A server of {name}", self.kernel.guard.workspace)
         try:
             result = await self._send(name, client, connection, request, progress)
         finally:
-            planted = remove_planted(watched)
+            with anyio.CancelScope(shield=True):
+                planted = await remove_planted_async(watched)
         if planted:
-            raise ToolFailed(
-                f"{name} created the runtime's own configuration, which no tool may write; "
-                "it was removed.",
-                code=ErrorCode.POLICY_VIOLATION,
-            )
+            raise planted.violation(name, self.kernel.guard.workspace)
         return _to_output(
             result, name, route.structured, self.kernel.artifacts, context.tool_call_id
         )

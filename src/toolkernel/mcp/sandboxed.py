@@ -12,8 +12,9 @@ with the reason; it is never started without one.
 
 The view is fixed when the server starts: a forbidden file created in the workspace
 later is hidden from it only after its next start. A configuration file that does not
-exist cannot be mounted read-only; the bridge removes one that a writable server
-creates during a call (one created between calls is not noticed).
+exist cannot be mounted read-only: while a server with the workspace writable runs,
+the bridge removes one that appears there (it checks before and after each call of
+such a server and when it closes; the call then ends POLICY_VIOLATION).
 """
 
 from __future__ import annotations

@@ -24,12 +24,10 @@ bubblewrap cannot start); every result of such a call carries ``"sandboxed": fal
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import logging
 import os
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -59,6 +57,7 @@ from toolkernel.sandbox import (
     run_sandboxed,
 )
 from toolkernel.tools.commands import DEFAULT_COMMAND_POLICY, CommandPolicy
+from toolkernel.tools.planted import absent_policy_files, remove_planted_async
 
 if TYPE_CHECKING:
     from toolkernel.pathguard import PathGuard
@@ -71,9 +70,7 @@ __all__ = [
     "Sandbox",
     "SandboxAdapter",
     "SandboxSettings",
-    "absent_policy_files",
     "protected_paths",
-    "remove_planted",
     "sandbox_for",
     "write_protected",
 ]
@@ -375,20 +372,25 @@ class Sandbox:
         out_dir = staging / "out"
         grace = min(TERM_GRACE_S, _RESERVE_FRACTION * self._call_timeout_s)
         # A policy file that does not exist cannot be mounted read-only; one the
-        # command creates is removed when it ends (see remove_planted).
+        # command creates is removed when it ends (see toolkernel.tools.planted).
         absent = absent_policy_files(kernel.policy_files, self.workspace) if self.writable else ()
         try:
             result = await self._run(argv, spec, staging, out_dir, timeout, grace, label)
-        finally:
-            planted = remove_planted(absent)
+        except ToolFailed as failed:  # timed out or cancelled: the violation matters more
+            planted = await remove_planted_async(absent)
+            if planted:
+                raise planted.violation(
+                    "The command", self.workspace, output=failed.output, artifacts=failed.artifacts
+                ) from failed
+            raise
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await remove_planted_async(absent)
+            raise
+        planted = await remove_planted_async(absent)
         if planted:
-            names = ", ".join(sorted(p.relative_to(self.workspace).as_posix() for p in planted))
-            raise ToolFailed(
-                f"The command created {names}, the runtime's own configuration, which no "
-                "tool may write; it was removed. Do not create or change it.",
-                code=ErrorCode.POLICY_VIOLATION,
-                output=result.to_dict(),
-                artifacts=result.artifacts,
+            raise planted.violation(
+                "The command", self.workspace, output=result.to_dict(), artifacts=result.artifacts
             )
         return result
 
@@ -660,37 +662,6 @@ def write_protected(config: Config, workspace: Path, rg: str | None = None) -> t
     if config.source is not None and config.source.resolve().is_relative_to(workspace):
         protected.append(config.source.resolve())
     return tuple(protected)
-
-
-def absent_policy_files(policy_files: frozenset[Path], workspace: Path) -> tuple[Path, ...]:
-    """The runtime's configuration files that a writable command could create."""
-    return tuple(
-        path
-        for path in policy_files
-        if path.is_relative_to(workspace) and not os.path.lexists(path)
-    )
-
-
-def remove_planted(absent: Sequence[Path]) -> tuple[Path, ...]:
-    """Remove whatever now stands where ``absent`` files were; returns what was found.
-
-    The next runtime started in the workspace would read such a file as its policy.
-    The command's process tree is gone by now, so nothing inside can recreate it.
-    """
-    planted = []
-    for path in absent:
-        if not os.path.lexists(path):
-            continue
-        planted.append(path)
-        _log.warning("removing %s, which a sandboxed command created", path)
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-        if os.path.lexists(path):
-            _log.error("could not remove %s, created by a sandboxed command", path)
-    return tuple(planted)
 
 
 def _interpreter_prefixes() -> tuple[Path, ...]:

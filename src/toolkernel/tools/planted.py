@@ -1,0 +1,141 @@
+"""Policy files that a sandboxed process creates where there were none.
+
+A writable sandbox mounts the runtime's configuration file read-only, so nothing in
+it can change the policy. A file that does not exist cannot be mounted, though: a
+command (``shell.run``) or a workspace-writable MCP server could create
+``toolkernel.toml`` in the workspace, and the next runtime started there would read
+it as its policy. So whoever runs such a process notes which policy files are absent
+before it runs (``absent_policy_files``) and, when it is done, removes whatever now
+stands there (``remove_planted``), whatever its kind (file, directory tree, symlink,
+FIFO) and even when the process took away the owner's write permission on the way.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import stat
+from collections.abc import Iterable, Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio.to_thread
+
+from toolkernel.calls import ArtifactRef
+from toolkernel.codes import ErrorCode
+from toolkernel.errors import ToolFailed
+
+__all__ = ["Planted", "absent_policy_files", "remove_planted", "remove_planted_async"]
+
+_log = logging.getLogger(__name__)
+_OWNER_RWX = stat.S_IRUSR | stat.S_IWUSR | stat.S_IXUSR
+
+
+@dataclass(frozen=True, slots=True)
+class Planted:
+    """What stood where a policy file was absent, and what of it could not be removed."""
+
+    found: tuple[Path, ...] = ()
+    left: tuple[Path, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.found)
+
+    def violation(
+        self,
+        who: str,
+        workspace: Path,
+        *,
+        output: object = None,
+        artifacts: tuple[ArtifactRef, ...] = (),
+    ) -> ToolFailed:
+        """The call's result: POLICY_VIOLATION, naming the files by workspace path."""
+        names = ", ".join(sorted(p.relative_to(workspace).as_posix() for p in self.found))
+        fate = (
+            "it could not be removed; remove it before starting toolkernel here again"
+            if self.left
+            else "it was removed"
+        )
+        return ToolFailed(
+            f"{who} created {names}, the runtime's own configuration, which no tool may "
+            f"write; {fate}. Do not create or change it.",
+            code=ErrorCode.POLICY_VIOLATION,
+            output=output,
+            artifacts=artifacts,
+        )
+
+
+def absent_policy_files(policy_files: Iterable[Path], workspace: Path) -> tuple[Path, ...]:
+    """The policy files in ``workspace`` that do not exist (yet)."""
+    return tuple(
+        path
+        for path in sorted(policy_files)
+        if path.is_relative_to(workspace) and not os.path.lexists(path)
+    )
+
+
+def remove_planted(absent: Sequence[Path]) -> Planted:
+    """Remove whatever now stands where the ``absent`` files were.
+
+    Call it once the process that could create them is gone, so nothing recreates
+    them. Never raises: what cannot be removed is reported in ``Planted.left`` (and
+    logged as an error).
+    """
+    found = []
+    left = []
+    for path in absent:
+        if not os.path.lexists(path):
+            continue
+        found.append(path)
+        _log.warning("removing %s, which a sandboxed process created", path)
+        if not _remove(path):
+            _log.error("could not remove %s, which a sandboxed process created", path)
+            left.append(path)
+    return Planted(tuple(found), tuple(left))
+
+
+async def remove_planted_async(absent: Sequence[Path]) -> Planted:
+    """``remove_planted`` in a worker thread (a planted tree can be large)."""
+    if not absent:
+        return Planted()
+    return await anyio.to_thread.run_sync(remove_planted, absent)
+
+
+def _remove(path: Path) -> bool:
+    """Remove ``path``; on a permission error, give the owner back rwx and retry."""
+    for attempt in range(2):
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except FileNotFoundError:
+            return True
+        except OSError:
+            if attempt == 0:
+                _restore_owner_access(path)
+                continue
+            return not os.path.lexists(path)
+        return True
+    return not os.path.lexists(path)
+
+
+def _restore_owner_access(path: Path) -> None:
+    """Give the owner rwx on ``path``'s directory and, for a tree, on every directory
+    in it: a process can take its own write permission away to make removal fail."""
+    _grant_owner(path.parent)
+    if not path.is_dir() or path.is_symlink():
+        return
+    _grant_owner(path)
+    for root, dirs, _ in os.walk(path):  # top-down: a directory is opened (listed)
+        for name in dirs:  # after its parent has given it back its permissions
+            sub = Path(root, name)
+            if not sub.is_symlink():
+                _grant_owner(sub)
+
+
+def _grant_owner(directory: Path) -> None:
+    with suppress(OSError):  # best effort: the removal that follows reports the outcome
+        directory.chmod(stat.S_IMODE(directory.lstat().st_mode) | _OWNER_RWX)
