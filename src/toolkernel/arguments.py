@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -88,7 +89,10 @@ def parse_arguments(
         return ArgumentsRejected(ErrorCode.NESTING_TOO_DEEP, {"limit": max_depth}, raw_hash)
     if not isinstance(value, dict):
         return ArgumentsRejected(ErrorCode.ARGUMENTS_NOT_OBJECT, {"kind": _kind(value)}, raw_hash)
-    return ParsedArguments(value, _hash_of(value))
+    try:
+        return ParsedArguments(value, _hash_of(value))
+    except UnicodeEncodeError:  # a "\ud800" escape: valid JSON, but no Unicode text
+        return ArgumentsRejected(ErrorCode.ARGUMENTS_INVALID_UTF8, {}, raw_hash)
 
 
 def _from_mapping(
@@ -97,8 +101,13 @@ def _from_mapping(
     value = dict(raw)
     try:
         encoded = canonical_json(value)
-    except (ValueError, TypeError):
+    except UnicodeEncodeError:  # a lone surrogate: no UTF-8 form
+        return ArgumentsRejected(ErrorCode.ARGUMENTS_INVALID_UTF8, {}, "")
+    except ValueError:  # NaN or Infinity (or a cycle)
         return ArgumentsRejected(ErrorCode.NON_FINITE_NUMBER, {}, "")
+    except TypeError as exc:  # a value JSON cannot carry (a set, bytes, an object)
+        detail = f"{_kind_of_unencodable(exc)} is not a JSON value"
+        return ArgumentsRejected(ErrorCode.ARGUMENTS_NOT_JSON, {"detail": detail}, "")
     raw_hash = sha256_hex(encoded)
     if len(encoded) > max_bytes:
         return ArgumentsRejected(ErrorCode.ARGUMENTS_TOO_LARGE, {"limit": max_bytes}, raw_hash)
@@ -106,6 +115,12 @@ def _from_mapping(
     if encoded.count(b"{") + encoded.count(b"[") > max_depth and _depth(value) > max_depth:
         return ArgumentsRejected(ErrorCode.NESTING_TOO_DEEP, {"limit": max_depth}, raw_hash)
     return ParsedArguments(value, raw_hash)
+
+
+def _kind_of_unencodable(exc: TypeError) -> str:
+    """ "a set" from the standard encoder's "Object of type set is not JSON serializable"."""
+    match = re.match(r"Object of type (\w+) is not JSON serializable", str(exc))
+    return f"a {match.group(1)}" if match else "a value"
 
 
 def _hash_of(value: dict[str, Any]) -> str:

@@ -26,18 +26,26 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType, TracebackType
-from typing import Any, Self
+from typing import Any, Final, Self
 
 import anyio
 
 from toolkernel.approval import ApprovalDecision, ApprovalRequest, Approver, ask
 from toolkernel.arguments import ArgumentsRejected, parse_arguments
 from toolkernel.artifacts import ArtifactStore
-from toolkernel.calls import ToolCallRequest, ToolCallResult, Usage, new_id, timestamp
+from toolkernel.calls import (
+    RedactionNotice,
+    ToolCallRequest,
+    ToolCallResult,
+    Usage,
+    new_id,
+    timestamp,
+)
 from toolkernel.codes import ErrorCode, Status, safe_field, safe_message
 from toolkernel.config import CONFIG_FILENAME, Config, load_config
 from toolkernel.context import RunContext, ToolContext
@@ -55,6 +63,7 @@ from toolkernel.redaction import Redactor
 from toolkernel.registry import RegisteredTool, Registry
 from toolkernel.replay import RecordedResults
 from toolkernel.run import Run, ToolCall
+from toolkernel.state import state_globs
 from toolkernel.tracing import record_tool_span
 from toolkernel.validation import ValidationResult, Violation, validate
 
@@ -169,7 +178,10 @@ class Kernel:
     ) -> None:
         self.config = config or Config.default()
         self.registry = Registry()
-        self.guard = PathGuard(self.config.workspace, forbidden=self.config.forbidden_paths)
+        self.guard = PathGuard(
+            self.config.workspace,
+            forbidden=(*self.config.forbidden_paths, *state_globs(self.config)),
+        )
         self.ledger = ledger or _open_ledger(self.config)
         self.approver = approver
         self.artifacts = ArtifactStore(self.config.state_dir / "artifacts")
@@ -433,6 +445,7 @@ class Kernel:
     ) -> _Admission:
         """REQUEST → lookup → parse → validate → idempotency → authorize → approval → STARTED."""
         received_ns = time.time_ns()
+        call = _storable(call)
         parsed = parse_arguments(call.arguments, max_bytes=self.config.max_argument_bytes)
         rejected = parsed if isinstance(parsed, ArgumentsRejected) else None
         request = ToolCallRequest(
@@ -638,7 +651,9 @@ class Kernel:
             return _no_adapter(tool.definition)
         if decision.allowed and _writes(tool.definition):
             for path in checked.paths:
-                if path.absolute in self.policy_files:  # the policy itself: never by a tool
+                # The policy itself, or one a runtime started in a subdirectory would
+                # read: never written by a tool.
+                if path.absolute in self.policy_files or path.absolute.name == CONFIG_FILENAME:
                     return Decision(
                         False,
                         ErrorCode.PATH_DENIED,
@@ -712,6 +727,13 @@ class Kernel:
         result: ToolCallResult,
         inflight: _Inflight | None = None,
     ) -> ToolCallResult:
+        # A refusal's message can carry configured text (a rule's reason) or echoes of
+        # the proposal: it is masked like any output before the model sees it.
+        counts: Counter[str] = Counter()
+        message = self.redactor.redact_text(result.safe_message, counts)
+        if counts:
+            notices = tuple(RedactionNotice(k, n, "safeMessage") for k, n in counts.items())
+            result = result.with_(safe_message=message, redactions=notices)
         payload = _result_payload(request, result, request.tool_version)
         events.append(NewEvent(EventType.TOOL_CALL_RESULT, payload, request.tool_call_id))
         journal.write(events)
@@ -901,6 +923,32 @@ def _segments(registry: Registry, calls: Sequence[ToolCall]) -> list[tuple[bool,
         else:
             segments.append((exclusive, [call]))
     return segments
+
+
+_TEXT_FIELDS: Final = (
+    "tool_name",
+    "tool_call_id",
+    "version",
+    "idempotency_key",
+    "step_id",
+    "trace_context",
+    "requested_by",
+)
+
+
+def _storable(call: ToolCall) -> ToolCall:
+    """``call`` with every text field that has no UTF-8 form (a lone surrogate, e.g. from
+    a non-UTF-8 command line) spelled with backslash escapes, so that its REQUEST can be
+    recorded; such a name then matches no tool and the call is refused as unknown."""
+    changes = {}
+    for name in _TEXT_FIELDS:
+        text = getattr(call, name)
+        if isinstance(text, str) and not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                changes[name] = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return replace(call, **changes) if changes else call
 
 
 def _is_exclusive(registry: Registry, call: ToolCall) -> bool:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolkernel.arguments import ArgumentsRejected, ParsedArguments, parse_arguments
-from toolkernel.codes import CATALOG, Status
+from toolkernel.codes import CATALOG, ErrorCode, Status
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
@@ -69,3 +69,39 @@ def _has_inf(value) -> bool:
     if isinstance(value, list):
         return any(_has_inf(v) for v in value)
     return False
+
+
+# Text that may hold lone surrogates: JSON can spell them ("\ud800"), UTF-8 cannot.
+surrogate_text = st.text(
+    st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF) | st.characters(), max_size=8
+)
+values_with_surrogates = st.recursive(
+    st.none() | st.integers() | surrogate_text,
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(surrogate_text, children, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+def _has_surrogate(value) -> bool:
+    if isinstance(value, str):
+        return any(0xD800 <= ord(c) <= 0xDFFF for c in value)
+    if isinstance(value, dict):
+        return any(_has_surrogate(k) or _has_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_surrogate(v) for v in value)
+    return False
+
+
+@settings(max_examples=300)
+@given(st.dictionaries(surrogate_text, values_with_surrogates, max_size=4))
+def test_lone_surrogates_are_refused_as_text_and_as_mappings(value):
+    for raw in (json.dumps(value), value):  # the provider's JSON text, a library's dict
+        outcome = parse_arguments(raw, max_bytes=1 << 20)
+        _outcome_is_valid(outcome)
+        if _has_surrogate(value):
+            assert isinstance(outcome, ArgumentsRejected)
+            assert outcome.code is ErrorCode.ARGUMENTS_INVALID_UTF8
+        else:
+            assert isinstance(outcome, ParsedArguments)

@@ -91,6 +91,31 @@ async def test_pr_create_before_the_verifier_passed_is_denied(kernel_factory, ca
     assert calls.count == {"pr.create": 1}
 
 
+async def test_a_refusal_message_is_redacted_like_any_output(kernel_factory, workspace):
+    """A rule's reason is configured text: a token or host path in it is masked."""
+    token = "ghp_" + "Q7r8S9t0U1v2W3x4Y5z6A7b8C9d0E1f2G3h4"
+    kernel = kernel_factory(
+        f"""
+        [[policy.rules]]
+        tools = ["repo.*"]
+        action = "deny"
+        reason = "ask ops (token {token}) or read {workspace.parent}/runbook.md"
+
+        [[exposure]]
+        tools = ["*"]
+        """
+    )
+    run = kernel.start_run()
+    denied = await kernel.call(run, "repo.lookup", {"query": "x"})
+    assert denied.error_code is ErrorCode.POLICY_DENIED
+    assert "ask ops" in denied.safe_message
+    assert token not in denied.safe_message
+    assert str(workspace.parent) not in denied.safe_message
+    assert {notice.where for notice in denied.redactions} == {"safeMessage"}
+    [stored] = [e for e in kernel.ledger.events(run.id) if e.type is EventType.TOOL_CALL_RESULT]
+    assert token not in str(stored.payload)
+
+
 NETWORK_ASK = """
 [run]
 profile = "full"
@@ -455,7 +480,9 @@ async def test_a_tool_knows_whether_a_human_approved_its_call(kernel_factory):
     assert (free.status, free.structured_output) == (Status.SUCCEEDED, False)
 
 
-@pytest.mark.parametrize("name", ["toolkernel.toml", "./toolkernel.toml"])
+@pytest.mark.parametrize(
+    "name", ["toolkernel.toml", "./toolkernel.toml", "sub/toolkernel.toml", "a/b/toolkernel.toml"]
+)
 async def test_no_tool_may_write_the_policy_file_even_to_create_it(kernel_factory, calls, name):
     kernel = kernel_factory(WRITE_EVERYWHERE)
     run = kernel.start_run()

@@ -165,3 +165,73 @@ def test_a_planted_tree_without_write_permission_is_removed(tmp_path: Path):
     assert outcome.found == (planted,)
     assert outcome.left == ()
     assert not planted.exists()
+
+
+def test_a_nested_policy_file_is_not_writable(kernel):
+    """A runtime started in sub/ would read sub/toolkernel.toml as its policy."""
+    ws = kernel.config.workspace
+    (ws / "sub").mkdir()
+    (ws / "sub" / "toolkernel.toml").write_text("# sub policy\n")
+    loosen = run_shell(kernel, "sh", "-c", "echo '[policy]' >> sub/toolkernel.toml")
+    assert loosen.status is Status.FAILED
+    assert (ws / "sub" / "toolkernel.toml").read_text() == "# sub policy\n"
+
+
+STATE_IN_WORKSPACE = (
+    DEVELOPER
+    + """
+[ledger]
+path = "audit/ledger.db"
+"""
+)
+
+
+@pytest.fixture
+def kernel_with_ledger_in_workspace(tmp_path: Path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "app.py").write_text("print('hi')\n")
+    built = make_kernel(ws, STATE_IN_WORKSPACE)
+    yield built
+    built.close()
+
+
+def test_a_ledger_kept_in_the_workspace_is_out_of_every_tools_reach(
+    kernel_with_ledger_in_workspace,
+):
+    kernel = kernel_with_ledger_in_workspace
+    ws = kernel.config.workspace
+    assert (ws / "audit" / "ledger.db").exists()
+    run = kernel.start_run()
+    read = kernel.call_sync(run, "file.read", {"path": "audit/ledger.db"})
+    assert (read.status, str(read.error_code)) == (Status.INVALID_ARGUMENTS, "FORBIDDEN_PATH")
+    diff = "--- /dev/null\n+++ b/audit/notes.txt\n@@ -0,0 +1 @@\n+x\n"
+    written = kernel.call_sync(run, "file.patch", {"path": "audit/notes.txt", "diff": diff})
+    assert (written.status, str(written.error_code)) == (
+        Status.INVALID_ARGUMENTS,
+        "FORBIDDEN_PATH",
+    )
+    assert not (ws / "audit" / "notes.txt").exists()
+    listing = run_shell(kernel, "ls", "-A", "audit")
+    assert listing.status is Status.SUCCEEDED
+    assert listing.structured_output["stdout"]["head"] == ""
+    assert run_shell(kernel, "cat", "app.py").structured_output["stdout"]["head"] == "print('hi')\n"
+    assert kernel.ledger.verify().ok
+
+
+def test_a_ledger_file_in_the_workspace_root_is_hidden_but_the_workspace_is_not(tmp_path: Path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "app.py").write_text("print('hi')\n")
+    kernel = make_kernel(ws, DEVELOPER + '\n[ledger]\npath = "ledger.db"\n')
+    try:
+        run = kernel.start_run()
+        read = kernel.call_sync(run, "file.read", {"path": "ledger.db"})
+        assert str(read.error_code) == "FORBIDDEN_PATH"
+        shown = run_shell(kernel, "cat", "app.py")
+        assert shown.structured_output["stdout"]["head"] == "print('hi')\n"
+        peek = run_shell(kernel, "sh", "-c", "head -c 16 ledger.db; head -c 16 ledger.db-wal")
+        assert "SQLite" not in peek.structured_output["stdout"]["head"]  # /dev/null over them
+        assert (ws / "ledger.db").read_bytes().startswith(b"SQLite format 3")
+    finally:
+        kernel.close()

@@ -42,7 +42,7 @@ import anyio.to_thread
 from toolkernel.artifacts import ArtifactStore
 from toolkernel.calls import ArtifactRef
 from toolkernel.codes import ErrorCode, safe_message
-from toolkernel.config import Config
+from toolkernel.config import CONFIG_FILENAME, Config
 from toolkernel.context import ToolContext
 from toolkernel.definition import ExecutionMode, Permissions, ToolDefinition
 from toolkernel.dispatch import Adapter, Invocation, NativeAdapter
@@ -56,6 +56,7 @@ from toolkernel.sandbox import (
     probe,
     run_sandboxed,
 )
+from toolkernel.state import state_paths
 from toolkernel.tools.commands import DEFAULT_COMMAND_POLICY, CommandPolicy
 from toolkernel.tools.planted import absent_policy_files, remove_planted_async
 
@@ -568,10 +569,7 @@ def protected_paths(
     from toolkernel.tools.search import find_rg  # search builds on this module
 
     workspace = guard.workspace
-    hidden: list[Path] = []
-    for state in (config.state_dir, config.ledger_path.parent):
-        if state.resolve().is_relative_to(workspace) and state.resolve() not in hidden:
-            hidden.append(state.resolve())
+    hidden = list(state_paths(config))  # the sandbox skips those that do not exist
     if not with_forbidden_files:
         return tuple(hidden)
     listing = subprocess.run(
@@ -592,10 +590,13 @@ def protected_paths(
         timeout=60,
         check=False,
     )
+    state_dirs = [path for path in hidden if path.is_dir()]
     for raw in listing.stdout.split(b"\0"):
         relative = os.fsdecode(raw)
         if relative and guard.is_forbidden(relative):
-            hidden.append(workspace / relative)
+            path = workspace / relative
+            if not any(path.is_relative_to(d) for d in state_dirs):  # hidden whole already
+                hidden.append(path)
     return tuple(hidden)
 
 
@@ -636,15 +637,23 @@ def _search_path(settings: SandboxSettings, workspace: Path) -> str:
 
 def write_protected(config: Config, workspace: Path, rg: str | None = None) -> tuple[Path, ...]:
     """What a process with the workspace writable may read but never change: every
-    repository's ``.git`` (hooks and config run later, on the host) and the runtime's
-    own configuration file when it lies in the workspace."""
+    repository's ``.git`` (hooks and config run later, on the host), every
+    ``toolkernel.toml`` and the runtime's own configuration file when it lies in the
+    workspace."""
     from toolkernel.tools.search import find_rg  # search builds on this module
 
     listing = subprocess.run(
         [
             find_rg(rg),
             *("--files", "--hidden", "--no-ignore", "--no-config", "--null"),
-            *("--glob", "**/.git/HEAD", "--glob", "!.toolkernel"),
+            *(
+                "--glob",
+                "**/.git/HEAD",
+                "--glob",
+                f"**/{CONFIG_FILENAME}",
+                "--glob",
+                "!.toolkernel",
+            ),
         ],
         cwd=workspace,
         capture_output=True,
@@ -653,14 +662,18 @@ def write_protected(config: Config, workspace: Path, rg: str | None = None) -> t
     )
     protected = []
     for raw in listing.stdout.split(b"\0"):
-        git = workspace / os.fsdecode(raw)
-        if raw and not git.parent.is_symlink():
-            protected.append(git.parent)
+        found = workspace / os.fsdecode(raw)
+        if not raw or found.parent.is_symlink():
+            continue
+        # A repository's .git (from its HEAD), or a configuration file at any depth:
+        # a runtime started in that directory would read it as its policy.
+        protected.append(found if found.name == CONFIG_FILENAME else found.parent)
     top = workspace / ".git"
     if top.exists() and not top.is_symlink() and top not in protected:
         protected.append(top)  # a worktree's or submodule's .git file
-    if config.source is not None and config.source.resolve().is_relative_to(workspace):
-        protected.append(config.source.resolve())
+    source = config.source.resolve() if config.source is not None else None
+    if source is not None and source.is_relative_to(workspace) and source not in protected:
+        protected.append(source)
     return tuple(protected)
 
 

@@ -1,0 +1,46 @@
+"""Text with no UTF-8 form (lone surrogates) is refused and still recorded."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from toolkernel.codes import ErrorCode, Status
+from toolkernel.ledger import EventType
+from toolkernel.run import ToolCall
+from toolkernel.testing import event_types
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    ['{"query": "\\ud800"}', {"query": "\ud800"}, {"\udcff": "x"}],
+    ids=["json-escape", "mapping-value", "mapping-key"],
+)
+def test_arguments_with_a_lone_surrogate_are_invalid_and_recorded(kernel_factory, arguments):
+    kernel = kernel_factory()
+    run = kernel.start_run()
+    kernel.expose(run)
+    result = kernel.call_sync(run, "repo.lookup", arguments)
+    assert result.status is Status.INVALID_ARGUMENTS
+    assert result.error_code is ErrorCode.ARGUMENTS_INVALID_UTF8
+    events = kernel.ledger.events(run.id)
+    assert event_types(events, result.tool_call_id) == [
+        EventType.TOOL_CALL_REQUEST,
+        EventType.TOOL_CALL_RESULT,
+    ]
+    assert kernel.ledger.verify().ok
+
+
+def test_a_tool_name_from_a_non_utf8_command_line_is_an_unknown_tool(kernel_factory):
+    kernel = kernel_factory()
+    run = kernel.start_run()
+    kernel.expose(run)
+    calls = [ToolCall("repo.look\udcffup", {}, step_id="s\ud800")]
+    [result] = anyio.run(kernel.call_many, run, calls)
+    assert result.status is Status.DENIED
+    assert result.error_code is ErrorCode.UNKNOWN_TOOL
+    assert "repo.look\\udcffup" in result.safe_message
+    [request] = [e for e in kernel.ledger.events(run.id) if e.type is EventType.TOOL_CALL_REQUEST]
+    assert request.payload["toolName"] == "repo.look\\udcffup"
+    assert request.payload["stepId"] == "s\\ud800"
+    assert kernel.ledger.verify().ok
