@@ -113,6 +113,10 @@ class NativeAdapter:
         if handler is None:
             raise ToolFailed("this tool has no implementation", code=ErrorCode.INTERNAL_ERROR)
         kwargs = dict(invocation.arguments)
+        for name in tool.integer_parameters:
+            value = kwargs.get(name)
+            if type(value) is float:  # validated: a whole number such as 1.0
+                kwargs[name] = int(value)
         if tool.context_parameter:
             kwargs[tool.context_parameter] = invocation.context
         if tool.is_async:

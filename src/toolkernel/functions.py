@@ -42,9 +42,12 @@ from toolkernel.definition import (
 from toolkernel.errors import DefinitionError
 
 __all__ = [
+    "NO_NUL",
+    "NO_NUL_PATTERN",
     "WORKSPACE_PATH",
     "Format",
     "FunctionTool",
+    "Pattern",
     "WorkspacePath",
     "schema_from_function",
     "tool",
@@ -58,7 +61,17 @@ class Format:
     name: str
 
 
+@dataclass(frozen=True, slots=True)
+class Pattern:
+    """``Annotated`` metadata that sets a string's JSON Schema ``pattern`` (ECMA-262)."""
+
+    regex: str
+
+
 WORKSPACE_PATH: Final = Format("workspace-path")
+NO_NUL_PATTERN: Final = "^[^\\u0000]*$"
+NO_NUL: Final = Pattern(NO_NUL_PATTERN)
+"""Text that becomes a process argument or a search pattern: a NUL cannot be passed."""
 WorkspacePath = Annotated[str, WORKSPACE_PATH, at.MaxLen(4096)]
 """A workspace-relative path; the runtime's path guard checks every such argument."""
 
@@ -301,6 +314,8 @@ def _apply_metadata(schema: dict[str, Any], item: Any) -> None:
     is_array = schema.get("type") == "array"
     if isinstance(item, Format):
         schema["format"] = item.name
+    elif isinstance(item, Pattern):
+        schema["pattern"] = item.regex
     elif isinstance(item, str):
         schema["description"] = item
     elif isinstance(item, at.Interval):

@@ -30,14 +30,37 @@ class RegisteredTool:
     takes_paths: bool
     is_async: bool = field(init=False, compare=False)
     """Whether the handler is a coroutine function (found once, not per call)."""
+    integer_parameters: tuple[str, ...] = field(init=False, compare=False)
+    """Top-level ``"type": "integer"`` properties: JSON Schema counts ``1.0`` as an
+    integer, so such a value reaches the handler as ``int`` (``1``), not ``1.0``."""
 
     def __post_init__(self) -> None:
         is_async = self.handler is not None and inspect.iscoroutinefunction(self.handler)
         object.__setattr__(self, "is_async", is_async)
+        properties = self.definition.input_schema.get("properties", {})
+        integers = tuple(
+            name
+            for name, schema in properties.items()
+            if isinstance(schema, Mapping) and _is_integer(schema)
+        )
+        object.__setattr__(self, "integer_parameters", integers)
 
     @property
     def name(self) -> str:
         return self.definition.name
+
+
+def _is_integer(schema: Mapping[str, Any]) -> bool:
+    """``"type": "integer"``, alone or with ``null`` (``int | None``)."""
+    kind = schema.get("type")
+    if kind == "integer":
+        return True
+    if isinstance(kind, list) and "integer" in kind and "number" not in kind:
+        return True
+    return any(
+        isinstance(option, Mapping) and option.get("type") == "integer"
+        for option in schema.get("anyOf", ())
+    )
 
 
 def version_key(version: str) -> tuple[tuple[int, int | str], ...]:

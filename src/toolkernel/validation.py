@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from toolkernel.codes import ErrorCode, safe_field
+from toolkernel.functions import NO_NUL_PATTERN
 from toolkernel.pathguard import GuardedPath, PathGuard, PathViolation
 from toolkernel.registry import PATH_FORMAT, RegisteredTool
 from toolkernel.schema import SchemaError
@@ -122,6 +123,9 @@ def _violation_for(error: SchemaError, tool: RegisteredTool) -> Violation:
         if options is None and "expected_value" in details:
             options = [details["expected_value"]]
         return Violation(ErrorCode.NOT_IN_ENUM, _label(path), {"allowed": _options(options)})
+    if keyword == "pattern" and details.get("pattern") == NO_NUL_PATTERN:
+        rule = "it must not contain a NUL character"
+        return Violation(ErrorCode.SCHEMA_VIOLATION, _label(path), {"rule": rule})
     return Violation(ErrorCode.SCHEMA_VIOLATION, _label(path), {"rule": keyword})
 
 

@@ -128,3 +128,17 @@ async def test_artifact_read_refuses_unknown_ids_and_mixed_ranges(kernel):
     assert mixed.error_code is ErrorCode.SCHEMA_VIOLATION
     malformed = await read(kernel, artifactId="sha256:" + "g" * 64)
     assert malformed.error_code is ErrorCode.NOT_FOUND
+
+
+@pytest.mark.parametrize(
+    ("bounds", "prop"),
+    [({"startByte": 5, "endByte": 2}, "endByte"), ({"startLine": 9, "endLine": 3}, "endLine")],
+)
+async def test_a_range_that_ends_before_it_starts_is_out_of_bounds(kernel, bounds, prop):
+    ref = kernel.artifacts.put(b"0123456789\n" * 20, media_type="text/plain")
+    result = await read(kernel, artifactId=ref.id, **bounds)
+    assert (result.status, result.error_code) == (
+        Status.INVALID_ARGUMENTS,
+        ErrorCode.OUT_OF_BOUNDS,
+    )
+    assert f"'{prop}'" in result.safe_message

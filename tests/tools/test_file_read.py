@@ -107,3 +107,18 @@ async def test_end_before_start_is_out_of_bounds(kernel):
     result = await read(kernel, path="src/lines.txt", startLine=5, endLine=4)
     assert result.status is Status.INVALID_ARGUMENTS
     assert result.error_code is ErrorCode.OUT_OF_BOUNDS
+
+
+async def test_a_whole_number_sent_as_a_float_reaches_the_tool_as_an_integer(kernel):
+    """JSON Schema counts 1.0 as an integer; the tool must not echo "lines 10.0-12"."""
+    result = await read(kernel, path="src/lines.txt", startLine=10.0, endLine=12)
+    assert result.status is Status.SUCCEEDED
+    assert result.structured_output["startLine"] == 10
+    assert type(result.structured_output["startLine"]) is int
+    assert "10.0" not in result.safe_message
+
+
+async def test_a_name_too_long_for_the_file_system_says_so(kernel):
+    result = await read(kernel, path="src/" + "n" * 300 + ".txt")
+    assert (result.status, result.error_code) == (Status.FAILED, ErrorCode.NOT_FOUND)
+    assert "too long" in result.safe_message

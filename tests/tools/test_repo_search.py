@@ -124,3 +124,22 @@ async def test_search_arguments_are_bounded_by_the_schema(kernel):
     assert extra.error_code is ErrorCode.UNKNOWN_PROPERTY
     many = await search(kernel, query="x", pathGlobs=["*"] * 21)
     assert many.status is Status.INVALID_ARGUMENTS
+
+
+@pytest.mark.parametrize(
+    ("arguments", "prop", "says"),
+    [
+        ({"query": "a\x00b"}, "query", "NUL"),
+        ({"query": "a", "pathGlobs": ["src/{"]}, "pathGlobs", "glob is not valid"),
+    ],
+)
+async def test_a_query_or_glob_ripgrep_cannot_take_is_invalid_arguments(
+    kernel, arguments, prop, says
+):
+    result = await search(kernel, **arguments)
+    assert (result.status, result.error_code) == (
+        Status.INVALID_ARGUMENTS,
+        ErrorCode.SCHEMA_VIOLATION,
+    )
+    assert f"'{prop}'" in result.safe_message
+    assert says in result.safe_message

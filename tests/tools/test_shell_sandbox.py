@@ -224,6 +224,19 @@ async def test_denied_command_prefixes_are_not_run(kernel, argv):
     assert result.structured_output is None
 
 
+async def test_an_argument_with_a_nul_is_invalid_before_anything_runs(kernel):
+    run = kernel.start_run()
+    result = await kernel.call(run, "shell.run", {"argv": ["echo", "a\x00b"]})
+    assert (result.status, result.error_code) == (
+        Status.INVALID_ARGUMENTS,
+        ErrorCode.SCHEMA_VIOLATION,
+    )
+    assert "'argv[1]'" in result.safe_message
+    assert "NUL" in result.safe_message
+    events = [e.type for e in kernel.ledger.events(run.id) if e.tool_call_id]
+    assert EventType.TOOL_CALL_STARTED not in events
+
+
 ASK_ECHO = SandboxSettings(
     command_policy=CommandPolicy((CommandRule(("echo", "publish"), Action.ASK, "it publishes"),))
 )

@@ -66,6 +66,10 @@ def artifact_read(
             ),
             code=ErrorCode.SCHEMA_VIOLATION,
         )
+    if startByte is not None and endByte is not None and endByte <= startByte:
+        raise _before_start("endByte", "endByte must be greater than startByte")
+    if startLine is not None and endLine is not None and endLine < startLine:
+        raise _before_start("endLine", "endLine must not be less than startLine")
     if ctx.kernel is None:
         raise ToolFailed(safe_message(ErrorCode.INTERNAL_ERROR, tool=_NAME))
     store = ctx.kernel.artifacts
@@ -158,3 +162,10 @@ def _summary(data: dict[str, Any]) -> str:
         where = f"bytes {data['startByte']}-{data['endByte']}"
         more = f" Continue with startByte={data['nextByte']}." if "nextByte" in data else ""
     return f"Read {where} of artifact {data['artifactId']} ({data['size']} bytes).{more}"
+
+
+def _before_start(prop: str, bound: str) -> ToolFailed:
+    return ToolFailed(
+        safe_message(ErrorCode.OUT_OF_BOUNDS, property=prop, tool=_NAME, bound=bound),
+        code=ErrorCode.OUT_OF_BOUNDS,
+    )

@@ -15,6 +15,7 @@ binary (git's rule): it is described by media type, size and hash, never dumped.
 from __future__ import annotations
 
 import codecs
+import errno
 import hashlib
 import mimetypes
 import os
@@ -23,7 +24,7 @@ from typing import Annotated, Any, Final, Literal
 
 from annotated_types import Ge, Le
 
-from toolkernel.codes import ErrorCode, safe_message
+from toolkernel.codes import ErrorCode, safe_field, safe_message
 from toolkernel.context import ToolContext
 from toolkernel.definition import ConcurrencyGroup, ExecutionMode, Permissions
 from toolkernel.dispatch import ToolOutput
@@ -87,11 +88,13 @@ async def file_read(
             f"There is no file '{target.relative}'. Check the path with repo.search.",
             code=ErrorCode.NOT_FOUND,
         ) from None
-    except OSError:
+    except PermissionError:
         raise ToolFailed(
-            f"'{target.relative}' is not a regular file that can be read.",
+            f"'{target.relative}' cannot be read: permission denied.",
             code=ErrorCode.NOT_FOUND,
         ) from None
+    except OSError as exc:
+        raise ToolFailed(_unreadable(target.relative, exc), code=ErrorCode.NOT_FOUND) from None
     with os.fdopen(fd, "rb") as handle:
         head = handle.read(_SNIFF_BYTES)
         binary = encoding not in ("utf-16",) and b"\0" in head
@@ -197,3 +200,11 @@ def _read_text(
     else:
         summary = f"Read lines {start}-{last_line} of {relative} ({total_lines} lines)."
     return ToolOutput(data, summary)
+
+
+def _unreadable(relative: str, exc: OSError) -> str:
+    if exc.errno == errno.ENAMETOOLONG:
+        return f"'{safe_field(relative, 80)}' cannot be read: a name in it is too long."
+    if exc.errno == errno.ELOOP:
+        return f"'{relative}' is a symbolic link; read the file it points to instead."
+    return f"'{relative}' is not a regular file that can be read."

@@ -29,7 +29,7 @@ from toolkernel.context import ToolContext
 from toolkernel.definition import ConcurrencyGroup, ExecutionMode, Permissions
 from toolkernel.dispatch import ToolOutput
 from toolkernel.errors import ToolFailed
-from toolkernel.functions import tool
+from toolkernel.functions import NO_NUL, tool
 from toolkernel.tools.adapter import CommandResult, sandbox_for
 
 __all__ = ["find_rg", "repo_search", "rg_argv"]
@@ -53,8 +53,9 @@ _SUMMARY_TAIL: Final = 64 * 1024
 )
 async def repo_search(
     ctx: ToolContext,
-    query: Annotated[str, MinLen(1), MaxLen(500)],
-    pathGlobs: Annotated[list[Annotated[str, MinLen(1), MaxLen(200)]], MaxLen(20)] | None = None,
+    query: Annotated[str, MinLen(1), MaxLen(500), NO_NUL],
+    pathGlobs: Annotated[list[Annotated[str, MinLen(1), MaxLen(200), NO_NUL]], MaxLen(20)]
+    | None = None,
     maxResults: Annotated[int, Ge(1), Le(200)] = 50,
     caseSensitive: bool = True,
     fixedString: bool = True,
@@ -220,10 +221,25 @@ def _summary_text(query: str, total: int, files: int, shown: int, truncated: boo
 
 
 def _regex_error(result: CommandResult) -> bool:
-    return "regex parse error" in result.stderr.head
+    return "regex parse error" in result.stderr.head or _glob_error(result)
+
+
+def _glob_error(result: CommandResult) -> bool:
+    return "error parsing glob" in result.stderr.head
 
 
 def _rg_failed(result: CommandResult) -> ToolFailed:
+    if _glob_error(result):
+        return ToolFailed(
+            safe_message(
+                ErrorCode.SCHEMA_VIOLATION,
+                property="pathGlobs",
+                tool=_NAME,
+                rule="a glob is not valid (an unclosed '{' or '['?); escape a literal one as '[{]'",
+            ),
+            code=ErrorCode.SCHEMA_VIOLATION,
+            output=result.to_dict(),
+        )
     if _regex_error(result):
         return ToolFailed(
             safe_message(

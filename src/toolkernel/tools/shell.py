@@ -24,7 +24,7 @@ from toolkernel.context import ToolContext
 from toolkernel.definition import ConcurrencyGroup, ExecutionMode, Permissions
 from toolkernel.dispatch import ToolOutput
 from toolkernel.errors import ToolFailed
-from toolkernel.functions import WorkspacePath, tool
+from toolkernel.functions import NO_NUL, WorkspacePath, tool
 from toolkernel.policy import Action
 from toolkernel.tools.adapter import sandbox_for
 from toolkernel.tools.commands import review_command
@@ -46,7 +46,7 @@ _NAME: Final = "shell.run"
 )
 async def shell_run(
     ctx: ToolContext,
-    argv: Annotated[list[Annotated[str, MaxLen(4096)]], MinLen(1), MaxLen(256)],
+    argv: Annotated[list[Annotated[str, MaxLen(4096), NO_NUL]], MinLen(1), MaxLen(256)],
     cwd: WorkspacePath = ".",
     timeoutMs: Annotated[int, Ge(100), Le(590_000)] = 120_000,
 ) -> ToolOutput:
