@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from toolkernel.lint import LintInputError, ToolKind, lint_definition, lint_document
+from toolkernel.lint.linter import MAX_DEPTH
 from toolkernel.lint.loaders import detect_kind
 
 SCHEMA = {"type": "object", "properties": {"q": {"type": "string", "description": "[SYSTEM] x"}}}
@@ -82,3 +83,31 @@ def test_unrecognised_document_is_an_input_error(document: Any) -> None:
 def test_unknown_kind_is_an_input_error() -> None:
     with pytest.raises(LintInputError):
         lint_definition(TOOL, kind="soap")
+
+
+def nested_schema(levels: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"x": schema}}
+    return schema
+
+
+def test_a_definition_nested_past_the_limit_is_one_error_not_a_crash() -> None:
+    defn = {"name": "a.b", "inputSchema": nested_schema(5_000)}
+    (finding,) = lint_definition(defn)
+    assert (finding.rule, finding.severity, finding.pointer) == ("D010", "error", "")
+
+
+def test_deeply_nested_values_are_caught_too() -> None:
+    value: Any = "x"
+    for _ in range(5_000):
+        value = [value]
+    schema = {"type": "object", "properties": {"p": {"type": "array", "default": value}}}
+    found = lint_document({"tools": [{"name": "a.b", "inputSchema": schema}]})
+    assert [f.rule for f in found] == ["D010"]
+
+
+def test_nesting_up_to_the_limit_is_linted_normally() -> None:
+    # The definition adds one level and every property two: stay just inside the limit.
+    defn = {"name": "a.b", "inputSchema": nested_schema((MAX_DEPTH - 2) // 2)}
+    assert "D002" in {f.rule for f in lint_definition(defn)}

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from toolkernel.lint.report import EXIT_UNREADABLE, run_lint
+from toolkernel.lint.report import run_lint
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--format", choices=("text", "json", "sarif"), default="text")
     args = parser.parse_args(argv)
     report, code = run_lint(args.paths, args.format)
-    (sys.stderr if code == EXIT_UNREADABLE else sys.stdout).write(report)
+    sys.stdout.write(report)
     return code
 
 

@@ -1,8 +1,9 @@
 """What the linter reports: severities, findings and the closed catalogue of rules.
 
 Rule ids starting with ``D`` are definition hygiene (seed section 19); ids starting
-with ``P`` are tool-poisoning signals (seed section 18). ``docs/lint-rules.md``
-describes each rule with examples; the short descriptions here feed SARIF output.
+with ``P`` are tool-poisoning signals (seed section 18); ``F001`` is a file that could
+not be loaded at all. ``docs/lint-rules.md`` describes each rule with examples; the
+short descriptions here feed SARIF output.
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ def _catalogue(*rules: Rule) -> dict[str, Rule]:
 
 
 RULES: Final[dict[str, Rule]] = _catalogue(
+    Rule(
+        "F001",
+        "loadable-file",
+        "The file can be read and holds JSON or TOML tool definitions.",
+    ),
     Rule("D001", "namespaced-name", "Tool names are namespaced (repo.search)."),
     Rule(
         "D002",
@@ -120,5 +126,11 @@ RULES: Final[dict[str, Rule]] = _catalogue(
         "P112",
         "tool-preference-manipulation",
         "Text promotes the tool over others or orders the model to call tools first.",
+    ),
+    Rule(
+        "P113",
+        "control-characters",
+        "Text holds C0/C1 control characters (such as ANSI escape sequences) other than "
+        "tab, line feed and carriage return.",
     ),
 )

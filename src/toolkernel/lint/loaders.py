@@ -19,7 +19,18 @@ from typing import Any, Final
 
 from toolkernel.lint.findings import LintInputError
 
-__all__ = ["ToolKind", "ToolView", "detect_kind", "iter_definitions", "load_path", "view_of"]
+__all__ = [
+    "MAX_FILE_BYTES",
+    "ToolKind",
+    "ToolView",
+    "detect_kind",
+    "iter_definitions",
+    "load_path",
+    "view_of",
+]
+
+# Far above any real tool list; stops ``lint /dev/zero`` from reading forever.
+MAX_FILE_BYTES: Final = 16 * 2**20
 
 # Keys only a native ToolDefinition carries; any one of them beside inputSchema means
 # "native" rather than "MCP" (MCP tools have inputSchema too).
@@ -131,8 +142,11 @@ def view_of(defn: Mapping[str, Any], kind: ToolKind | str | None = None) -> Tool
     if kind is None:
         detected = detect_kind(defn)
         if detected is None:
-            keys = ", ".join(sorted(map(str, defn.keys()))[:8]) or "no keys"
-            raise LintInputError(f"not a recognised tool definition (keys: {keys})")
+            keys = ", ".join(sorted(map(repr, defn.keys()))[:8]) or "none"
+            raise LintInputError(
+                "not a recognised tool definition: an object with none of inputSchema, "
+                f"input_schema, parameters or type: function (keys: {keys})"
+            )
         kind = detected
     try:
         kind = ToolKind(kind)
@@ -169,38 +183,74 @@ def iter_definitions(data: Any) -> list[Mapping[str, Any]]:
     if isinstance(data, list):
         for index, item in enumerate(data):
             if not isinstance(item, Mapping):
-                raise LintInputError(f"item {index} is a {type(item).__name__}, not an object")
+                raise LintInputError(
+                    f"item {index} is {_json_type(item)}, not a tool definition object"
+                )
         return list(data)
-    raise LintInputError(f"expected an object or a list of tools, got {type(data).__name__}")
+    raise LintInputError(
+        f'holds {_json_type(data)}, not a tool definition, a list of them or {{"tools": [...]}}'
+    )
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else f"a {type(value).__name__}"
 
 
 def load_path(path: Path) -> Any:
     """Parse a definition file as JSON or TOML (by suffix, else by trying both).
 
     Raises:
-        LintInputError: the file cannot be read or parsed.
+        LintInputError: the file cannot be read or parsed; the message says why
+            without repeating the path.
     """
+    data = _read(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LintInputError(f"{path}: cannot read: {exc}") from exc
-    parsers: tuple[Callable[[str], Any], ...] = (_parse_json, _parse_toml)
-    if path.suffix == ".toml":
-        parsers = (_parse_toml,)
-    elif path.suffix == ".json":
-        parsers = (_parse_json,)
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise LintInputError(
+            f"not UTF-8 text (a binary file or another encoding): byte 0x{data[exc.start]:02x} "
+            f"at offset {exc.start}"
+        ) from exc
+    if "\0" in text:
+        raise LintInputError("holds NUL bytes: a binary file, not JSON or TOML")
+    if not text.strip():
+        raise LintInputError("empty file")
+    parsers: dict[str, Callable[[str], Any]] = {"JSON": json.loads, "TOML": tomllib.loads}
+    if path.suffix in {".json", ".toml"}:
+        only = path.suffix[1:].upper()
+        parsers = {only: parsers[only]}
     problems: list[str] = []
-    for parse in parsers:
+    for parse in parsers.values():
         try:
             return parse(text)
+        except RecursionError as exc:
+            # Both parsers recurse once per level; hostile nesting must not crash the run.
+            raise LintInputError("too deeply nested to parse") from exc
         except ValueError as exc:  # JSONDecodeError and TOMLDecodeError are ValueErrors
             problems.append(str(exc))
-    raise LintInputError(f"{path}: not valid JSON or TOML: {problems[0]}")
+    raise LintInputError(f"not valid {' or '.join(parsers)}: {problems[0]}")
 
 
-def _parse_json(text: str) -> Any:
-    return json.loads(text)
-
-
-def _parse_toml(text: str) -> Any:
-    return tomllib.loads(text)
+def _read(path: Path) -> bytes:
+    try:
+        with path.open("rb") as file:
+            data = file.read(MAX_FILE_BYTES + 1)
+    except FileNotFoundError as exc:
+        raise LintInputError("no such file") from exc
+    except IsADirectoryError as exc:
+        raise LintInputError("is a directory; name the definition files in it") from exc
+    except PermissionError as exc:
+        raise LintInputError("permission denied") from exc
+    except OSError as exc:
+        raise LintInputError(f"cannot read: {exc.strerror or exc}") from exc
+    if len(data) > MAX_FILE_BYTES:
+        raise LintInputError(f"larger than {MAX_FILE_BYTES // 2**20} MiB")
+    return data

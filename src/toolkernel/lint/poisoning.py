@@ -10,7 +10,8 @@ descriptions also speak to the model ("IMPORTANT: always use absolute paths", "c
 this function first"), so imperative tone alone is never an error; an error needs
 something a benign tool has no reason to say: overriding earlier instructions, hiding
 an action from the user, reaching for credentials, sending data to a literal address,
-changing how *other* tools are called, or content a human reviewer cannot see.
+changing how *other* tools are called, or content a human reviewer cannot see
+(invisible Unicode, markup comments, padding, terminal control sequences).
 """
 
 from __future__ import annotations
@@ -349,6 +350,9 @@ _ZERO_WIDTH: Final = re.compile(
 )
 _BIDI: Final = re.compile("[\u202a-\u202e\u2066-\u2069]")
 _DIRECTION_MARKS: Final = re.compile("[\u200e\u200f\u061c]")
+# P113: C0/C1 controls other than tab, LF and CR. ESC and CSI start ANSI sequences that
+# erase lines or move the cursor, hiding text from anyone reading it in a terminal.
+_CONTROL: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 # P106: markup a rendered description hides, and pseudo-tags that frame orders.
 _COMMENT: Final = re.compile(r"<!--|\[//\]:\s*#|<!\[CDATA\[", re.IGNORECASE)
@@ -458,11 +462,13 @@ def _raw_checks(text: str) -> Iterator[tuple[str, Severity, str]]:
     ):
         found = regex.findall(text)
         if found:
-            points = ", ".join(sorted({f"U+{ord(c):04X}" for c in found})[:4])
-            yield "P105", _E, f"{len(found)} {what} ({points})"
+            yield "P105", _E, f"{len(found)} {what} ({_code_points(found)})"
     marks = _DIRECTION_MARKS.findall(text)
     if marks:
         yield "P105", _W, f"{len(marks)} direction marks (U+200E/U+200F/U+061C)"
+    controls = _CONTROL.findall(text)
+    if controls:
+        yield "P113", _E, f"{len(controls)} control characters ({_code_points(controls)})"
     for regex, what in (
         (_COMMENT, "a markup comment"),
         (_INSTRUCTION_TAG, "an instruction tag"),
@@ -479,6 +485,10 @@ def _raw_checks(text: str) -> Iterator[tuple[str, Severity, str]]:
     if blob:
         severity = _E if _DECODE.search(text) else _W
         yield "P108", severity, f"a {len(blob.group(0))}-character encoded blob"
+
+
+def _code_points(found: list[str]) -> str:
+    return ", ".join(sorted({f"U+{ord(c):04X}" for c in found})[:4])
 
 
 def _parameters(view: ToolView) -> Iterator[Finding]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -11,37 +12,44 @@ from toolkernel.lint.findings import RULES, Finding, LintInputError, Severity
 from toolkernel.lint.linter import lint_document
 from toolkernel.lint.loaders import load_path
 
-__all__ = ["EXIT_CLEAN", "EXIT_ERRORS", "EXIT_UNREADABLE", "Format", "render", "run_lint"]
+__all__ = ["EXIT_CLEAN", "EXIT_ERRORS", "FILE_TOOL", "Format", "render", "run_lint"]
 
 Format = Literal["text", "json", "sarif"]
 
 EXIT_CLEAN: Final = 0
 EXIT_ERRORS: Final = 1
-EXIT_UNREADABLE: Final = 2
+
+# The ``tool`` of an ``F001`` finding: the whole file failed, not one tool in it.
+FILE_TOOL: Final = "<file>"
 
 SARIF_SCHEMA: Final = "https://json.schemastore.org/sarif-2.1.0.json"
 _DRIVER: Final = "toolkernel-lint"
 
+# Characters a terminal acts on or does not show: controls (ANSI escapes), format
+# characters (bidi overrides, zero-width), lone surrogates, line/paragraph separators.
+_UNSHOWN: Final = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
 
 def run_lint(paths: Sequence[Path], fmt: Format) -> tuple[str, int]:
     """Lint definition files and render the findings.
+
+    A file that cannot be read, parsed or recognised as tool definitions draws one
+    ``F001`` error finding (tool :data:`FILE_TOOL`, pointer ``""``); the other files
+    are still linted.
 
     Args:
         paths: JSON or TOML files, each holding one definition or a list of them.
         fmt: ``"text"``, ``"json"`` or ``"sarif"``.
 
     Returns:
-        The report and the exit code: 1 if any finding is an error, 2 if a file
-        cannot be read or holds no tool definitions (the report is then one line
-        naming the file and the problem), else 0.
+        The report and the exit code: 1 if any finding is an error, else 0.
     """
     results: list[tuple[Path, Finding]] = []
     for path in paths:
         try:
             findings = lint_document(load_path(path))
         except LintInputError as exc:
-            message = str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}"
-            return f"LintInputError: {message}\n", EXIT_UNREADABLE
+            findings = [Finding(FILE_TOOL, "F001", Severity.ERROR, "", str(exc))]
         results.extend((path, finding) for finding in findings)
     has_error = any(finding.severity is Severity.ERROR for _, finding in results)
     return render(results, fmt), EXIT_ERRORS if has_error else EXIT_CLEAN
@@ -50,14 +58,15 @@ def run_lint(paths: Sequence[Path], fmt: Format) -> tuple[str, int]:
 def render(results: Sequence[tuple[Path, Finding]], fmt: Format) -> str:
     """Render ``(file, finding)`` pairs in the chosen format."""
     if fmt == "json":
-        return json.dumps([_as_json(finding) for _, finding in results], indent=2) + "\n"
+        return json.dumps([_as_json(path, finding) for path, finding in results], indent=2) + "\n"
     if fmt == "sarif":
         return json.dumps(_sarif(results), indent=2) + "\n"
     return _text(results)
 
 
-def _as_json(finding: Finding) -> dict[str, str]:
+def _as_json(path: Path, finding: Finding) -> dict[str, str]:
     return {
+        "file": path.as_posix(),
         "tool": finding.tool,
         "rule": finding.rule,
         "severity": str(finding.severity),
@@ -68,7 +77,7 @@ def _as_json(finding: Finding) -> dict[str, str]:
 
 def _text(results: Sequence[tuple[Path, Finding]]) -> str:
     lines = [
-        f"{path}: {f.tool} {f.rule} {f.severity} {f.pointer or '/'} {f.message}"
+        _shown(f"{path}: {f.tool} {f.rule} {f.severity} {f.pointer or '/'} {f.message}")
         for path, f in results
     ]
     errors = sum(1 for _, f in results if f.severity is Severity.ERROR)
@@ -76,6 +85,20 @@ def _text(results: Sequence[tuple[Path, Finding]]) -> str:
     files = len({path for path, _ in results})
     lines.append(f"{errors} error(s), {warnings} warning(s) in {files} file(s) with findings")
     return "\n".join(lines) + "\n"
+
+
+def _shown(text: str) -> str:
+    """``text`` with every character a terminal would act on or hide escaped.
+
+    File names, tool names, property names and messages come from the files being
+    linted; echoed raw, an ANSI sequence in them could erase or rewrite report lines.
+    """
+    if text.isprintable():
+        return text
+    # repr() escapes exactly the non-printable characters: \x1b, \u202e, \ud800, \n.
+    return "".join(
+        repr(char)[1:-1] if unicodedata.category(char) in _UNSHOWN else char for char in text
+    )
 
 
 def _sarif(results: Sequence[tuple[Path, Finding]]) -> dict[str, Any]:
@@ -108,22 +131,22 @@ def _sarif(results: Sequence[tuple[Path, Finding]]) -> dict[str, Any]:
 
 
 def _sarif_result(path: Path, finding: Finding, rule_index: int) -> dict[str, Any]:
+    location: dict[str, Any] = {"physicalLocation": {"artifactLocation": {"uri": path.as_posix()}}}
+    message = finding.message
+    if finding.tool != FILE_TOOL:
+        message = f"{finding.tool}: {message}"
+        location["logicalLocations"] = [
+            {
+                "name": finding.tool,
+                "fullyQualifiedName": f"{finding.tool}{finding.pointer}",
+                "kind": "member",
+            }
+        ]
     return {
         "ruleId": finding.rule,
         "ruleIndex": rule_index,
         "level": str(finding.severity),
-        "message": {"text": f"{finding.tool}: {finding.message}"},
-        "locations": [
-            {
-                "physicalLocation": {"artifactLocation": {"uri": path.as_posix()}},
-                "logicalLocations": [
-                    {
-                        "name": finding.tool,
-                        "fullyQualifiedName": f"{finding.tool}{finding.pointer}",
-                        "kind": "member",
-                    }
-                ],
-            }
-        ],
+        "message": {"text": message},
+        "locations": [location],
         "properties": {"pointer": finding.pointer},
     }

@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from toolkernel.lint.loaders import escape_token
 
-__all__ = ["iter_properties", "iter_subschemas", "iter_texts", "types_of"]
+__all__ = ["deeper_than", "iter_properties", "iter_subschemas", "iter_texts", "types_of"]
 
 _SCHEMA_MAPS: Final = (
     "properties",
@@ -49,6 +49,26 @@ def types_of(schema: Mapping[str, Any]) -> set[str]:
     if not types and "properties" in schema:
         types.add("object")
     return types
+
+
+def deeper_than(value: Any, limit: int) -> bool:
+    """Whether objects and arrays nest more than ``limit`` levels deep in ``value``.
+
+    Iterative, so it is safe on exactly the values the recursive walks below are not.
+    """
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, Mapping):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def iter_subschemas(schema: Any, pointer: str) -> Iterator[tuple[Mapping[str, Any], str]]:
