@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -51,7 +52,7 @@ from toolkernel.config import CONFIG_FILENAME, Config, load_config
 from toolkernel.context import RunContext, ToolContext
 from toolkernel.definition import ConcurrencyGroup, ExecutionMode, ToolDefinition
 from toolkernel.dispatch import Adapter, Invocation, NativeAdapter, Outcome, dispatch
-from toolkernel.errors import ConfigError, DefinitionError
+from toolkernel.errors import ConfigError, DefinitionError, UsageError
 from toolkernel.exposure import select_exposed
 from toolkernel.functions import FunctionTool
 from toolkernel.ledger import EventType, GroupCommitLedger, Ledger, NewEvent, SqliteLedger
@@ -281,7 +282,17 @@ class Kernel:
             self._approval_checks[tool_name] = approval
 
     def start_run(self, context: RunContext | None = None, **fields: Any) -> Run:
-        """Begin a run; unspecified context fields come from the configuration."""
+        """Begin a run; unspecified context fields come from the configuration.
+
+        Raises:
+            UsageError: the run id is not 1-128 letters, digits and ``._:@-``.
+        """
+        run_id = context.run_id if context is not None else fields.get("run_id")
+        if run_id is not None and not _RUN_ID.fullmatch(run_id):
+            raise UsageError(
+                "a run id is 1-128 characters: letters, digits and . _ : @ - "
+                "(starting with a letter or digit)"
+            )
         if context is None:
             defaults = {
                 "run_id": new_id("run"),
@@ -924,6 +935,8 @@ def _segments(registry: Registry, calls: Sequence[ToolCall]) -> list[tuple[bool,
             segments.append((exclusive, [call]))
     return segments
 
+
+_RUN_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 
 _TEXT_FIELDS: Final = (
     "tool_name",

@@ -44,3 +44,17 @@ def test_a_tool_name_from_a_non_utf8_command_line_is_an_unknown_tool(kernel_fact
     assert request.payload["toolName"] == "repo.look\\udcffup"
     assert request.payload["stepId"] == "s\\ud800"
     assert kernel.ledger.verify().ok
+
+
+@pytest.mark.parametrize("run_id", ["", "a\nb", "x" * 129, "-leading", "run/1", "r\udcff"])
+def test_a_run_id_that_is_not_a_plain_token_is_refused(kernel_factory, run_id):
+    from toolkernel.errors import UsageError
+
+    kernel = kernel_factory()
+    with pytest.raises(UsageError, match="run id"):
+        kernel.start_run(run_id=run_id)
+
+
+@pytest.mark.parametrize("run_id", ["run_1", "ci:build-42@main", "R.2026.11.30", "x" * 128])
+def test_plain_run_ids_are_accepted(kernel_factory, run_id):
+    assert kernel_factory().start_run(run_id=run_id).id == run_id
