@@ -130,9 +130,35 @@ class _Journal:
         self._run_id = run_id
         self._events: list[NewEvent] = []
         self.call_ids: list[str] = []  # the calls of this batch, for cleanup
+        self._open: dict[str, Mapping[str, Any]] = {}  # REQUEST payload, no RESULT yet
 
     def write(self, events: Iterable[NewEvent]) -> None:
-        self._events.extend(events)
+        for event in events:
+            if event.type is EventType.TOOL_CALL_REQUEST and event.tool_call_id:
+                self._open[event.tool_call_id] = event.payload
+            elif event.type is EventType.TOOL_CALL_RESULT and event.tool_call_id:
+                self._open.pop(event.tool_call_id, None)
+            self._events.append(event)
+
+    def conclude_interrupted(self, exc: BaseException) -> None:
+        """A RESULT for each call of the batch that has a REQUEST and none yet, so that
+        the ledger does not end mid-call: CANCELLED/USER_CANCELLED when the caller was
+        cancelled or interrupted (Ctrl-C) while the call was admitted or ran,
+        FAILED/INTERNAL_ERROR when the pipeline itself failed."""
+        stopped = isinstance(exc, KeyboardInterrupt | anyio.get_cancelled_exc_class())
+        code = ErrorCode.USER_CANCELLED if stopped else ErrorCode.INTERNAL_ERROR
+        for call_id, request in list(self._open.items()):
+            name = str(request.get("toolName", ""))
+            result = ToolCallResult.from_code(call_id, code, tool=name)
+            payload = {
+                "toolName": name,
+                "toolVersion": request.get("toolVersion"),
+                "argumentsHash": request.get("argumentsHash"),
+                "idempotencyKey": request.get("idempotencyKey"),
+                "result": result.to_dict(),
+                "internal": {"interrupted": type(exc).__name__},
+            }
+            self.write([NewEvent(EventType.TOOL_CALL_RESULT, payload, call_id)])
 
     def flush(self, *, durable: bool = False) -> None:
         """Hand the events to the ledger; with ``durable``, wait until they are stored."""
@@ -438,7 +464,9 @@ class Kernel:
             ]
             # The result of a call that changed something is stored before it returns.
             journal.flush(durable=exclusive)
-            return results
+        except BaseException as exc:
+            journal.conclude_interrupted(exc)
+            raise
         finally:
             try:
                 journal.flush()  # what was decided before an error is still recorded
@@ -448,6 +476,7 @@ class Kernel:
                     self._received.pop(call_id, None)
                 for call_id in (*journal.call_ids, *named):
                     run.finished(call_id)
+        return results
 
     # -- the pipeline ----------------------------------------------------------------
 

@@ -435,3 +435,23 @@ async def test_a_call_abandoned_while_it_waits_its_turn_is_forgotten(kernel_fact
             assert waiting.cancelled_caught
             assert run.cancel_call("w") is False  # nothing of it was kept
             release.set()
+
+
+async def test_a_call_whose_caller_is_cancelled_still_gets_its_result_recorded(kernel_factory):
+    """The ledger never ends mid-call: a cancelled caller's call is CANCELLED."""
+    kernel = kernel_factory()
+    run = kernel.start_run()
+    with anyio.move_on_after(0.05):
+        await kernel.call(run, "slow.wait", {"seconds": 5}, tool_call_id="call_cut")
+    events = [e for e in kernel.ledger.events(run.id) if e.tool_call_id == "call_cut"]
+    assert [e.type for e in events] == [
+        EventType.TOOL_CALL_REQUEST,
+        EventType.TOOL_CALL_STARTED,
+        EventType.TOOL_CALL_RESULT,
+    ]
+    result = events[-1].payload["result"]
+    assert (result["status"], result["errorCode"]) == ("CANCELLED", "USER_CANCELLED")
+    assert events[-1].payload["internal"] == {"interrupted": "CancelledError"}
+    report = kernel.ledger.verify()
+    assert report.ok
+    assert report.unfinished == []

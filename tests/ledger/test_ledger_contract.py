@@ -622,3 +622,19 @@ def _mutate(backend: Backend, victim: Event, mutation: str) -> None:
         backend.tamper(f"UPDATE events SET seq = seq + 1000 {where}", key)
     else:
         backend.tamper(f"DELETE FROM events {where}", key)
+
+
+def test_verify_lists_calls_that_have_a_request_and_no_result(ledger):
+    """A process that died mid-call leaves such a call; the chain itself is intact."""
+    ledger.append(
+        "run_a",
+        [
+            NewEvent(EventType.TOOL_CALL_REQUEST, {"toolName": "x"}, "call_done"),
+            NewEvent(EventType.TOOL_CALL_RESULT, {"result": {}}, "call_done"),
+            NewEvent(EventType.TOOL_CALL_REQUEST, {"toolName": "x"}, "call_cut"),
+            NewEvent(EventType.TOOL_CALL_STARTED, {"toolName": "x"}, "call_cut"),
+        ],
+    )
+    report = ledger.verify()
+    assert report.ok
+    assert report.unfinished == [("run_a", "call_cut")]

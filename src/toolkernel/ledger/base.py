@@ -190,6 +190,9 @@ class VerifyReport:
     runs_checked: int
     events_checked: int
     problems: list[Problem] = field(default_factory=list)
+    unfinished: list[tuple[str, str]] = field(default_factory=list)
+    """``(run_id, tool_call_id)`` of calls with a REQUEST and no RESULT: still running,
+    or cut short by a process that died. Not a problem of the chain: ``ok`` ignores it."""
 
     @property
     def ok(self) -> bool:

@@ -81,6 +81,7 @@ class Verifier:
         self.problems: list[Problem] = []
         self.runs = 0
         self.events = 0
+        self._open_calls: dict[tuple[str, str], None] = {}  # REQUEST seen, no RESULT yet
 
     def run(self, rows: Iterable[tuple[Any, ...]]) -> VerifyReport:
         current: str | None = None
@@ -98,13 +99,23 @@ class Verifier:
             elif prev_hash != prev:
                 self._add(run_id, seq, "broken_link", "prev_hash is not the previous hash")
             self._check_event(row)
+            self._track_call(row)
             expected, prev, last = seq + 1, stored, (seq, stored)
         if current is not None:
             self._check_head(current, last)
         for run_id, (seq, _) in sorted(self.heads.items()):
             self.runs += 1
             self._add(run_id, None, "head_mismatch", f"head records seq {seq}, no events")
-        return VerifyReport(self.runs, self.events, self.problems)
+        return VerifyReport(self.runs, self.events, self.problems, list(self._open_calls))
+
+    def _track_call(self, row: tuple[Any, ...]) -> None:
+        run_id, _, type_, _, tool_call_id, *_ = row
+        if tool_call_id is None:
+            return
+        if type_ == EventType.TOOL_CALL_REQUEST:
+            self._open_calls[(run_id, tool_call_id)] = None
+        elif type_ == EventType.TOOL_CALL_RESULT:
+            self._open_calls.pop((run_id, tool_call_id), None)
 
     def _check_event(self, row: tuple[Any, ...]) -> None:
         run_id, seq, type_, at, tool_call_id, text, prev_hash, stored = row
