@@ -165,7 +165,17 @@ def test_absolute_paths_are_refused(guard: PathGuard, value: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "value", ["%2fetc%2fpasswd", "%252fetc", "%7e/x", "C%3a/boot.ini", ".%2f%7e", "./%7e"]
+    "value",
+    [
+        "%2fetc%2fpasswd",
+        "%252fetc",
+        "%7e/x",
+        "C%3a/boot.ini",
+        ".%2f%7e",
+        "./%7e",
+        "./%2f",
+        ".//%2fx",
+    ],
 )
 def test_values_that_decode_to_absolute_paths_are_refused(guard: PathGuard, value: str) -> None:
     assert code_of(guard.check(value)) is ErrorCode.ABSOLUTE_PATH

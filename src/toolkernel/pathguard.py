@@ -127,7 +127,11 @@ class PathGuard:
         if _is_absolute(relative):
             return PathViolation(ErrorCode.ABSOLUTE_PATH, "absolute path")
         variants = _decoded_variants(value)
-        violation = _variant_violation(variants)
+        # The normalized form is decoded too: "./%2f" is "%2f" once "./" is dropped, so
+        # it must be refused as "%2f" is (a check of the result must give the result).
+        violation = _variant_violation(variants) or _variant_violation(
+            _decoded_variants(relative) if relative != value else []
+        )
         if violation is not None:
             return violation
         # NUL-bearing variants cannot name a file; their truncated variant stands in.
