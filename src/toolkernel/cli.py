@@ -1,8 +1,10 @@
 """``toolkernel``: a thin shell over the public API.
 
 Exit codes: 0 success (a call that SUCCEEDED or was PARTIAL), 1 a call with any other
-status or a check that found problems, 2 a usage or configuration error. Errors print
-as ``ErrorName: message`` on stderr, never as a traceback.
+status or a check that found problems, 2 a usage or configuration error (a missing
+workspace, an unknown profile or run, a ledger that cannot be reached). Errors print
+as ``ErrorName: message`` on stderr, never as a traceback. Text tables show control
+characters escaped (``\\x1b``): what a model proposed is never sent to the terminal raw.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ import json
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from fnmatch import fnmatchcase
 from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
@@ -27,14 +31,15 @@ from toolkernel.config import CONFIG_SCHEMA, Config, load_config
 from toolkernel.context import RunState
 from toolkernel.definition import ToolDefinition
 from toolkernel.errors import ToolkernelError, UsageError
-from toolkernel.kernel import Kernel
-from toolkernel.ledger import SqliteLedger
+from toolkernel.kernel import Kernel, open_ledger
+from toolkernel.ledger import Ledger, SqliteLedger, VerifyReport
 from toolkernel.replay import exchanges
 from toolkernel.run import Run
 
 __all__ = ["main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+_RUN_HELP = "only this run (exit 2 if the ledger has no such run)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -84,20 +89,25 @@ def _parser() -> argparse.ArgumentParser:
     tools.add_argument("--format", choices=("table", "json"), default="table")
     tools.set_defaults(handler=_tools)
 
-    ledger = commands.add_parser("ledger", help="read and verify the audit ledger")
+    ledger = commands.add_parser(
+        "ledger",
+        help="read and verify the audit ledger",
+        description="Read the ledger the configuration names ([ledger] backend); nothing "
+        "is created. A --run the ledger does not hold is a usage error: exit 2.",
+    )
     ledger_commands = ledger.add_subparsers(dest="ledger_command", required=True)
     show = ledger_commands.add_parser("show", help="print events")
     _common(show)
-    show.add_argument("--run", dest="run_id")
+    show.add_argument("--run", dest="run_id", help=_RUN_HELP)
     show.add_argument("--format", choices=("table", "json"), default="table")
     show.set_defaults(handler=_ledger_show)
     verify = ledger_commands.add_parser("verify", help="check every hash chain; exit 1 if broken")
     _common(verify)
-    verify.add_argument("--run", dest="run_id")
+    verify.add_argument("--run", dest="run_id", help=_RUN_HELP)
     verify.set_defaults(handler=_ledger_verify)
     replay = ledger_commands.add_parser("replay", help="rebuild a run's tool messages")
     _common(replay)
-    replay.add_argument("--run", dest="run_id", required=True)
+    replay.add_argument("--run", dest="run_id", required=True, help=_RUN_HELP)
     replay.set_defaults(handler=_ledger_replay)
 
     serve = commands.add_parser(
@@ -105,7 +115,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     serve.add_argument("--host", default="127.0.0.1", help="HTTP only (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8000, help="HTTP only; 0 picks a free port")
+    serve.add_argument("--port", type=_port, default=8000, help="HTTP only; 0 picks a free port")
     serve.add_argument(
         "--allow-remote",
         action="store_true",
@@ -202,8 +212,33 @@ def _run_state(value: str) -> RunState:
         raise argparse.ArgumentTypeError(f"unknown run state {value!r}; use {choices}") from None
 
 
+def _port(value: str) -> int:
+    port = int(value) if value.strip().isdecimal() else -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port: use 1-65535, or 0 for any")
+    return port
+
+
 def _config(args: argparse.Namespace) -> Config:
-    return load_config(args.config, workspace=args.workspace)
+    config = load_config(args.config, workspace=args.workspace)
+    if not config.workspace.is_dir():
+        raise UsageError(f"the workspace {config.workspace} is not an existing directory")
+    return config
+
+
+def _run_fields(args: argparse.Namespace, config: Config) -> dict[str, Any]:
+    """The run context given on the command line; the configuration fills in the rest."""
+    fields: dict[str, Any] = {}
+    if getattr(args, "run_id", None):
+        fields["run_id"] = args.run_id
+    if args.state:
+        fields["run_state"] = args.state
+    if args.profile is not None:
+        if args.profile not in config.policy.profiles:
+            known = ", ".join(sorted(config.policy.profiles))
+            raise UsageError(f"unknown profile {args.profile!r}; known profiles: {known}")
+        fields["profile"] = args.profile
+    return fields
 
 
 def _call(args: argparse.Namespace) -> int:
@@ -214,14 +249,8 @@ def _call(args: argparse.Namespace) -> int:
         approver = TerminalApprover()
     else:
         approver = None
+    fields = _run_fields(args, config)
     with Kernel(config, approver=approver) as kernel:
-        fields: dict[str, Any] = {}
-        if args.run_id:
-            fields["run_id"] = args.run_id
-        if args.state:
-            fields["run_state"] = args.state
-        if args.profile:
-            fields["profile"] = args.profile
         run = kernel.start_run(**fields)
 
         async def propose() -> ToolCallResult:
@@ -293,12 +322,8 @@ def _mcp_approve(args: argparse.Namespace) -> int:
 
 def _tools(args: argparse.Namespace) -> int:
     config = _config(args)
+    fields = _run_fields(args, config)
     with Kernel(config) as kernel:
-        fields: dict[str, Any] = {}
-        if args.state:
-            fields["run_state"] = args.state
-        if args.profile:
-            fields["profile"] = args.profile
         run = kernel.start_run(**fields)
 
         async def listing() -> list[ToolDefinition]:
@@ -329,15 +354,47 @@ async def bridged(kernel: Kernel, run: Run) -> AsyncIterator[None]:
         yield
 
 
-def _open_ledger(args: argparse.Namespace) -> SqliteLedger:
+@contextmanager
+def _stored_ledger(args: argparse.Namespace) -> Iterator[Ledger | None]:
+    """The ledger the configuration names, opened as the kernel opens it; ``None``
+    while its SQLite file is missing or empty, which reading must not create.
+
+    Raises:
+        LedgerError: the ledger cannot be reached or read.
+    """
     config = _config(args)
-    return SqliteLedger(config.ledger_path, synchronous=config.ledger.synchronous)
+    if config.ledger.backend == "sqlite" and _unwritten(config.ledger_path):
+        yield None
+        return
+    with open_ledger(config) as ledger:
+        yield ledger
+
+
+def _unwritten(path: Path) -> bool:
+    try:
+        empty = path.stat().st_size == 0
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # opening it says why
+    return empty and not path.with_name(f"{path.name}-wal").exists()
+
+
+def _holding(ledger: Ledger | None, run_id: str) -> Ledger:
+    """``ledger``, if it holds ``run_id``."""
+    if ledger is None or run_id not in {r.run_id for r in ledger.runs()}:
+        raise UsageError(f"the ledger has no run {run_id!r}")
+    return ledger
 
 
 def _ledger_show(args: argparse.Namespace) -> int:
-    with _open_ledger(args) as ledger:
-        run_ids = [args.run_id] if args.run_id else [r.run_id for r in ledger.runs()]
-        events = [e for run_id in run_ids for e in ledger.events(run_id)]
+    with _stored_ledger(args) as ledger:
+        if args.run_id is not None:
+            events = _holding(ledger, args.run_id).events(args.run_id)
+        elif ledger is not None:
+            events = [e for run in ledger.runs() for e in ledger.events(run.run_id)]
+        else:
+            events = []
     if args.format == "json":
         return _print_json(
             [
@@ -394,19 +451,28 @@ def _summary(payload: dict[str, Any]) -> tuple[str, str]:
 
 
 def _ledger_verify(args: argparse.Namespace) -> int:
-    with _open_ledger(args) as ledger:
-        report = ledger.verify(args.run_id)
+    with _stored_ledger(args) as ledger:
+        report = ledger.verify(args.run_id) if ledger is not None else VerifyReport(0, 0)
+    if args.run_id is not None and report.runs_checked == 0:
+        raise UsageError(f"the ledger has no run {args.run_id!r}: nothing to verify")
     for problem in report.problems:
         where = f"seq {problem.seq}" if problem.seq is not None else "run"
-        print(f"{problem.run_id} {where}: {problem.kind}: {problem.detail}")
+        print(_visible(f"{problem.run_id} {where}: {problem.kind}: {problem.detail}"))
+    for run_id, call_id in report.unfinished:
+        print(
+            _visible(
+                f"{run_id} {call_id}: unfinished (no RESULT: still running, or its process died)"
+            )
+        )
     status = "intact" if report.ok else f"BROKEN ({len(report.problems)} problems)"
-    print(f"{report.runs_checked} runs, {report.events_checked} events: {status}")
+    unfinished = f", {len(report.unfinished)} unfinished calls" if report.unfinished else ""
+    print(f"{report.runs_checked} runs, {report.events_checked} events{unfinished}: {status}")
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
 def _ledger_replay(args: argparse.Namespace) -> int:
-    with _open_ledger(args) as ledger:
-        for exchange in exchanges(ledger, args.run_id):
+    with _stored_ledger(args) as ledger:
+        for exchange in exchanges(_holding(ledger, args.run_id), args.run_id):
             print(json.dumps(exchange.to_dict(), ensure_ascii=False))
     return EXIT_OK
 
@@ -418,14 +484,23 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         stream=sys.stderr, level=logging.INFO, format="toolkernel serve: %(message)s"
     )
-    return serve(
-        args.config,
-        args.workspace,
-        args.transport,
-        args.host,
-        args.port,
-        allow_remote=args.allow_remote,
-    )
+    try:
+        return serve(
+            args.config,
+            args.workspace,
+            args.transport,
+            args.host,
+            args.port,
+            allow_remote=args.allow_remote,
+        )
+    except* OSError as group:
+        if args.transport != "http":
+            raise
+        error = group.exceptions[0]
+        while isinstance(error, ExceptionGroup):
+            error = error.exceptions[0]
+        reason = error.strerror or str(error)
+        raise UsageError(f"cannot listen on {args.host} port {args.port}: {reason}") from group
 
 
 def _replay_file(args: argparse.Namespace) -> int:
@@ -450,7 +525,7 @@ def _lint(args: argparse.Namespace) -> int:
     from toolkernel.lint import run_lint
 
     report, code = run_lint(args.paths, args.format)
-    print(report, file=sys.stderr if code == EXIT_USAGE else sys.stdout)
+    sys.stdout.write(report)  # an unreadable file is a finding (F001), in the report
     return code
 
 
@@ -478,8 +553,36 @@ def _codes(args: argparse.Namespace) -> int:
 
 def _config_check(args: argparse.Namespace) -> int:
     config = _config(args)
-    print(f"{config.source or 'defaults'}: valid (workspace {config.workspace})")
+    label = config.source or "defaults"
+    for warning in _unmatched_patterns(config):
+        print(f"{label}: warning: {warning}", file=sys.stderr)
+    print(f"{label}: valid (workspace {config.workspace})")
     return EXIT_OK
+
+
+def _unmatched_patterns(config: Config) -> list[str]:
+    """The tool-name patterns of ``config`` that match no tool it registers: a typo in a
+    deny rule would otherwise do nothing. Bridged tools are not known until their server
+    runs, so a pattern in a configured server's namespace is taken on trust."""
+    with (
+        tempfile.TemporaryDirectory() as scratch,
+        Kernel(config, ledger=SqliteLedger(Path(scratch) / "ledger.db")) as kernel,
+    ):
+        names = [tool.name for tool in kernel.registry.latest()]
+    servers = [server.name for server in config.mcp_servers]
+    policy = config.policy
+    keyed = [
+        *((f"policy.rules.{i}.tools", p) for i, r in enumerate(policy.rules) for p in r.tools),
+        *(("rate_limits", p) for p in policy.rate_limits),
+        *((f"exposure.{i}.tools", p) for i, r in enumerate(config.exposure) for p in r.tools),
+        *(("budget.costs", p) for p in policy.budget.costs),
+    ]
+    return [
+        f"key '{key}': {pattern!r} matches no tool"
+        for key, pattern in keyed
+        if not any(fnmatchcase(name, pattern) for name in names)
+        and not any(fnmatchcase(server, pattern.partition(".")[0]) for server in servers)
+    ]
 
 
 def _print_json(value: Any) -> int:
@@ -489,17 +592,25 @@ def _print_json(value: Any) -> int:
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO | None = None) -> None:
     out = out or sys.stdout
-    widths = [
-        min(max([len(header[i]), *(len(r[i]) for r in rows)]), 60) for i in range(len(header) - 1)
-    ]
-    for row in (header, *rows):
+    shown = [[_visible(cell) for cell in row] for row in (header, *rows)]
+    widths = [min(max(len(row[i]) for row in shown), 60) for i in range(len(header) - 1)]
+    for row in shown:
         cells = [_clip(cell, widths[i]).ljust(widths[i]) for i, cell in enumerate(row[:-1])]
         print("  ".join([*cells, row[-1]]).rstrip(), file=out)
 
 
 def _clip(text: str, limit: int) -> str:
-    text = " ".join(text.split())
+    text = _visible(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _visible(text: str) -> str:
+    """``text`` on one line, with control characters escaped (``\\x1b``) so that the
+    terminal shows them instead of obeying them."""
+    text = " ".join(text.split())
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 if __name__ == "__main__":

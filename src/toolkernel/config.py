@@ -10,9 +10,12 @@ and writes are denied.
 from __future__ import annotations
 
 import json
+import math
+import stat
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import date, time
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -40,6 +43,8 @@ __all__ = ["CONFIG_FILENAME", "Config", "LedgerConfig", "load_config"]
 
 CONFIG_FILENAME: Final = "toolkernel.toml"
 STATE_DIRNAME: Final = ".toolkernel"
+# No configuration nests this deep; the schema validator gives up at about 250 levels.
+_MAX_DEPTH: Final = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,18 +103,24 @@ def load_config(path: Path | None = None, *, workspace: Path | None = None) -> C
 
     Args:
         path: the configuration file; ``None`` looks for toolkernel.toml in the
-            workspace (or the current directory).
+            workspace (or the current directory). Only a name that is not there at
+            all means the defaults: a dangling link or a directory is an error.
         workspace: overrides the file's ``workspace``.
 
     Raises:
-        ConfigError: the file is unreadable, not TOML, or breaks the schema; the
-            message names the file and the key.
+        ConfigError: the file is unreadable or not a regular file, not TOML, or
+            breaks the schema; the message names the file and the key.
     """
     if path is None:
         candidate = (workspace or Path.cwd()) / CONFIG_FILENAME
-        if not candidate.is_file():
+        try:
+            candidate.lstat()
+        except (FileNotFoundError, NotADirectoryError):
             return Config.default(workspace)
+        except OSError:
+            pass  # reported below, naming the file
         path = candidate
+    _check_regular_file(path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -118,6 +129,8 @@ def load_config(path: Path | None = None, *, workspace: Path | None = None) -> C
         raise ConfigError(f"{path}: the configuration is not UTF-8 text") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"{path}: the TOML is nested too deeply to read") from exc
     return from_mapping(data, base=path.parent.resolve(), source=path, workspace=workspace)
 
 
@@ -134,6 +147,7 @@ def from_mapping(
         ConfigError: the data breaks the configuration schema.
     """
     label = str(source) if source else "configuration"
+    _check_values(data, label)
     errors = _VALIDATOR.errors(data, limit=1)
     if errors:
         error = errors[0]
@@ -188,6 +202,37 @@ def from_mapping(
         mcp_servers=_mcp_servers(data.get("mcp"), base),
         source=source,
     )
+
+
+def _check_regular_file(path: Path) -> None:
+    """Refuse what is there but cannot be the configuration: it is never skipped."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        if path.is_symlink():
+            why = f"a symbolic link to a missing file: {why}"
+        raise ConfigError(f"{path}: cannot read the configuration ({why})") from exc
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"{path}: cannot read the configuration (not a regular file)")
+
+
+def _check_values(data: Mapping[str, Any], label: str) -> None:
+    """Refuse what JSON cannot say before the schema sees it (its validator would call
+    NaN null, and fail on dates and on deep nesting), naming the key."""
+    pending: list[tuple[tuple[str, ...], Any]] = [((), data)]
+    while pending:
+        keys, value = pending.pop()
+        if len(keys) > _MAX_DEPTH:
+            raise ConfigError(f"{label}: key '{keys[0]}': nested more than {_MAX_DEPTH} deep")
+        if isinstance(value, Mapping):
+            pending.extend(((*keys, str(k)), v) for k, v in value.items())
+        elif isinstance(value, list):
+            pending.extend(((*keys, str(i)), v) for i, v in enumerate(value))
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{label}: key '{'.'.join(keys)}': not a finite number")
+        elif isinstance(value, date | time):
+            raise ConfigError(f"{label}: key '{'.'.join(keys)}': a date or time is not allowed")
 
 
 def _mcp_servers(data: Mapping[str, Any] | None, base: Path) -> tuple[ServerConfig, ...]:

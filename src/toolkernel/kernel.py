@@ -68,7 +68,7 @@ from toolkernel.state import state_globs
 from toolkernel.tracing import record_tool_span
 from toolkernel.validation import ValidationResult, Violation, validate
 
-__all__ = ["ApprovalCheck", "ArgumentCheck", "Kernel", "ProgressListener"]
+__all__ = ["ApprovalCheck", "ArgumentCheck", "Kernel", "ProgressListener", "open_ledger"]
 
 # One span per call when OpenTelemetry is installed (the `tracing` extra); else nothing.
 _TRACE = record_tool_span if importlib.util.find_spec("opentelemetry") else None
@@ -209,7 +209,7 @@ class Kernel:
             self.config.workspace,
             forbidden=(*self.config.forbidden_paths, *state_globs(self.config)),
         )
-        self.ledger = ledger or _open_ledger(self.config)
+        self.ledger = ledger or open_ledger(self.config)
         self.approver = approver
         self.artifacts = ArtifactStore(self.config.state_dir / "artifacts")
         self.redactor = Redactor(self.guard.workspace, secrets)
@@ -1049,10 +1049,21 @@ def _approval_required_message(tool: str, reasons: Sequence[str]) -> str:
     )
 
 
-def _open_ledger(config: Config) -> Ledger:
+def open_ledger(config: Config) -> Ledger:
+    """The ledger ``config`` names (``[ledger]``), as a kernel opens it.
+
+    Raises:
+        ConfigError: the postgres backend without a DSN, or without psycopg installed.
+        LedgerError: the ledger cannot be opened or reached.
+    """
     settings = config.ledger
     if settings.backend == "postgres":
-        from toolkernel.ledger.postgres import PostgresLedger  # psycopg stays optional
+        try:
+            from toolkernel.ledger.postgres import PostgresLedger  # psycopg stays optional
+        except ImportError as exc:
+            raise ConfigError(
+                "ledger.backend: the postgres backend needs psycopg; install 'toolkernel[postgres]'"
+            ) from exc
 
         if settings.dsn is None:
             raise ConfigError("ledger.dsn: the postgres backend needs a DSN")

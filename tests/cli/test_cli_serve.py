@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -9,6 +11,8 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+
+from toolkernel.cli import main
 
 pytestmark = pytest.mark.anyio
 
@@ -31,3 +35,32 @@ async def test_the_serve_subcommand_lists_and_governs_calls(tmp_path: Path):
             refused = await client.call_tool("file.read", {"path": "../../etc/passwd"})
             assert refused.is_error
             assert "leaves the workspace" in refused.content[0].text
+
+
+@pytest.mark.parametrize("port", ["70000", "-1", "http"])
+def test_a_port_out_of_range_is_a_usage_error(capsys, port: str):
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--transport", "http", "--port", port])
+    assert exited.value.code == 2
+    assert "is not a port" in capsys.readouterr().err
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(tmp_path: Path):
+    # A subprocess: the gateway does not close the socket it failed to bind (yet).
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = ["serve", "--transport", "http", "--port", str(port), "--workspace", str(tmp_path)]
+        completed = subprocess.run(
+            [sys.executable, "-m", "toolkernel", *argv],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert completed.returncode == 2
+    assert completed.stderr.strip().splitlines()[-1] == (
+        f"UsageError: cannot listen on 127.0.0.1 port {port}: Address already in use"
+    )
+    assert "ExceptionGroup" not in completed.stderr

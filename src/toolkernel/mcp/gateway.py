@@ -423,9 +423,13 @@ async def _serve_http(server: Server[Any], host: str, port: int) -> None:
     app = server.streamable_http_app(host=host, transport_security=_rebinding_guard(host))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(_BACKLOG)  # connections wait in the backlog until uvicorn accepts them
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(_BACKLOG)  # connections wait in the backlog until uvicorn accepts them
+    except OSError:
+        sock.close()
+        raise
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     # Tests and scripts wait for this line to learn the port (``--port 0`` picks one).

@@ -1,0 +1,129 @@
+"""Configuration through the CLI: nothing broken is skipped, every refusal names its key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from toolkernel.cli import main
+
+
+def check(capsys, workspace: Path) -> tuple[int, str, str]:
+    code = main(["config", "check", "--workspace", str(workspace)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_a_dangling_config_link_is_an_error_not_the_defaults(capsys, workspace):
+    (workspace / "toolkernel.toml").symlink_to(workspace / "missing.toml")
+    code, out, err = check(capsys, workspace)
+    assert code == 2
+    assert "defaults" not in out
+    assert err.startswith("ConfigError: ")
+    assert "toolkernel.toml" in err
+    assert "Traceback" not in err
+    assert main(["call", "memory.read", "--workspace", str(workspace)]) == 2
+    assert "ConfigError" in capsys.readouterr().err
+
+
+def test_a_config_that_is_a_directory_is_an_error(capsys, workspace):
+    (workspace / "toolkernel.toml").mkdir()
+    code, _, err = check(capsys, workspace)
+    assert code == 2
+    assert "toolkernel.toml" in err
+    assert "not a regular file" in err
+
+
+def test_config_check_refuses_a_missing_workspace(capsys, tmp_path):
+    missing = tmp_path / "nowhere"
+    code, out, err = check(capsys, missing)
+    assert code == 2
+    assert out == ""
+    assert str(missing) in err
+    assert not missing.exists()
+
+
+def test_deeply_nested_toml_is_a_config_error(capsys, workspace):
+    (workspace / "toolkernel.toml").write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    code, _, err = check(capsys, workspace)
+    assert code == 2
+    assert err.startswith("ConfigError: ")
+    assert "nested too deeply" in err
+
+
+def test_nesting_the_parser_reads_but_the_schema_cannot_is_named(capsys, workspace):
+    (workspace / "toolkernel.toml").write_text("a = " + "[" * 300 + "]" * 300 + "\n")
+    code, _, err = check(capsys, workspace)
+    assert code == 2
+    assert err.startswith("ConfigError: ")
+    assert "key 'a'" in err
+
+
+@pytest.mark.parametrize("value", ["1e309", "nan", "-inf"])
+def test_a_non_finite_number_is_named_as_such(capsys, workspace, value):
+    (workspace / "toolkernel.toml").write_text(f"[budget]\nmax_cost = {value}\n")
+    code, _, err = check(capsys, workspace)
+    assert code == 2
+    assert "budget.max_cost" in err
+    assert "not a finite number" in err
+    assert "null" not in err
+
+
+def test_a_date_is_a_config_error_naming_the_key(capsys, workspace):
+    (workspace / "toolkernel.toml").write_text("max_argument_bytes = 1979-05-27T07:32:00Z\n")
+    code, _, err = check(capsys, workspace)
+    assert code == 2
+    assert "max_argument_bytes" in err
+    assert "InternalError" not in err
+
+
+def test_patterns_that_match_no_tool_are_warned_about(capsys, workspace):
+    (workspace / "toolkernel.toml").write_text(
+        "[[policy.rules]]\n"
+        'tools = ["shell.rnu", "shell.run", "git.*"]\n'
+        'action = "deny"\n'
+        '[rate_limits."file.raed"]\n'
+        "calls = 1\n"
+        "per_seconds = 1\n"
+        "[budget.costs]\n"
+        '"nope.*" = 2.0\n'
+        '"repo.search" = 1.0\n'
+        "[[exposure]]\n"
+        'tools = ["memory.read", "mem.read"]\n'
+        "[[mcp.servers]]\n"
+        'name = "git"\n'
+        'command = ["true"]\n'
+    )
+    code, out, err = check(capsys, workspace)
+    assert code == 0
+    assert "valid" in out
+    warned = [line for line in err.splitlines() if "warning" in line]
+    assert len(warned) == 4, err
+    for key, pattern in [
+        ("policy.rules.0.tools", "shell.rnu"),
+        ("rate_limits", "file.raed"),
+        ("budget.costs", "nope.*"),
+        ("exposure.0.tools", "mem.read"),
+    ]:
+        assert any(key in line and repr(pattern) in line for line in warned), (key, err)
+    assert "git.*" not in err  # a bridged server's namespace is not known at check time
+
+
+def test_an_unknown_profile_on_the_command_line_is_a_usage_error(capsys, workspace):
+    for argv in (["call", "memory.read"], ["tools", "--format", "json"]):
+        code = main([*argv, "--profile", "nope", "--workspace", str(workspace)])
+        captured = capsys.readouterr()
+        assert code == 2
+        assert captured.out == ""
+        assert "'nope'" in captured.err
+        assert "read-only" in captured.err  # the known profiles are listed
+
+
+def test_a_known_profile_on_the_command_line_still_works(capsys, workspace):
+    assert (
+        main(["tools", "--profile", "read-only", "--format", "json", "--workspace", str(workspace)])
+        == 0
+    )
+    assert "memory.read" in {t["name"] for t in json.loads(capsys.readouterr().out)}

@@ -1,0 +1,91 @@
+"""The ledger commands read the ledger the configuration names, and create nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from toolkernel.cli import main
+
+READERS = [["verify"], ["show"], ["replay", "--run", "run-x"]]
+
+
+def ledger(*args: str, workspace: Path) -> int:
+    return main(["ledger", *args, "--workspace", str(workspace)])
+
+
+@pytest.mark.parametrize("command", READERS, ids=lambda c: c[0])
+def test_ledger_commands_refuse_a_missing_workspace(capsys, tmp_path, command):
+    missing = tmp_path / "nowhere"
+    assert ledger(*command, workspace=missing) == 2
+    captured = capsys.readouterr()
+    assert "intact" not in captured.out
+    assert str(missing) in captured.err
+    assert not missing.exists()
+
+
+@pytest.mark.parametrize("command", READERS, ids=lambda c: c[0])
+def test_a_postgres_ledger_that_cannot_be_reached_is_a_ledger_error(capsys, workspace, command):
+    (workspace / "toolkernel.toml").write_text(
+        f'[ledger]\nbackend = "postgres"\ndsn = "host={workspace / "no-server"} dbname=x"\n'
+    )
+    assert ledger(*command, workspace=workspace) == 2
+    captured = capsys.readouterr()
+    assert "intact" not in captured.out
+    assert captured.err.startswith("LedgerError: ")
+    assert not (workspace / ".toolkernel").exists()  # not the local SQLite file instead
+
+
+@pytest.mark.parametrize("command", ["verify", "replay"])
+def test_an_unknown_run_is_a_usage_error(capsys, workspace, command):
+    assert main(["call", "memory.read", "--run", "run-a", "--workspace", str(workspace)]) == 0
+    capsys.readouterr()
+    assert ledger(command, "--run", "nosuchrun", workspace=workspace) == 2
+    captured = capsys.readouterr()
+    assert "intact" not in captured.out
+    assert "'nosuchrun'" in captured.err
+
+
+def test_an_empty_ledger_file_verifies_without_being_written(capsys, workspace):
+    state = workspace / ".toolkernel"
+    state.mkdir()
+    (state / "ledger.db").touch()
+    assert ledger("verify", workspace=workspace) == 0
+    assert "0 runs, 0 events: intact" in capsys.readouterr().out
+    assert ledger("verify", "--run", "nosuchrun", workspace=workspace) == 2
+    assert [p.name for p in state.iterdir()] == ["ledger.db"]
+    assert (state / "ledger.db").stat().st_size == 0
+
+
+def test_reading_a_workspace_without_a_ledger_creates_none(capsys, workspace):
+    assert ledger("show", workspace=workspace) == 0
+    assert ledger("verify", workspace=workspace) == 0
+    assert not (workspace / ".toolkernel").exists()
+
+
+def test_ledger_show_escapes_control_characters(capsys, workspace):
+    main(["call", "evil\x1b[2J\x07", "--workspace", str(workspace)])
+    capsys.readouterr()
+    assert ledger("show", workspace=workspace) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    assert "\x07" not in out
+    assert "evil\\x1b[2J\\x07" in out
+    assert ledger("show", "--format", "json", workspace=workspace) == 0
+    events = json.loads(capsys.readouterr().out)
+    assert any(e["payload"].get("toolName") == "evil\x1b[2J\x07" for e in events)
+
+
+def test_verify_names_calls_left_without_a_result(capsys, workspace):
+    from toolkernel.ledger import EventType, NewEvent, SqliteLedger
+
+    with SqliteLedger(workspace / ".toolkernel" / "ledger.db") as stored:
+        stored.append(
+            "run-cut", [NewEvent(EventType.TOOL_CALL_REQUEST, {"toolName": "x"}, "call_cut")]
+        )
+    assert ledger("verify", workspace=workspace) == 0  # not a broken chain
+    out = capsys.readouterr().out
+    assert "run-cut call_cut: unfinished" in out
+    assert "1 runs, 1 events, 1 unfinished calls: intact" in out
