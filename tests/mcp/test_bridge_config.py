@@ -31,6 +31,7 @@ trust = "trusted"
 name = "web"
 url = "http://127.0.0.1:8000/mcp"
 pin = "strict"
+start_timeout_ms = 2500
 """
 
 
@@ -44,6 +45,8 @@ def test_servers_are_parsed_with_defaults():
     assert web.trust is TrustLevel.UNTRUSTED
     assert git.timeout_ms == 5000
     assert web.timeout_ms == 30_000
+    assert git.start_timeout_s == 10.0  # timeout_ms, but never under 10 s
+    assert web.start_timeout_s == 2.5
     assert web.tools is None
     assert web.pin == "strict"
     assert git.pin == "tofu"
@@ -115,7 +118,7 @@ def test_inspecting_a_server_that_dies_at_once_is_a_clear_error(tmp_path, capfd)
     argv = ["mcp", "inspect", "--workspace", str(tmp_path), "--", sys.executable, "-c", "0"]
     assert cli_main(argv) == 2
     err = capfd.readouterr().err
-    assert "ServerUnavailable: MCP server server could not be started" in err
+    assert "ServerUnavailable: the server could not be started: it exited" in err
     assert "InternalError" not in err
 
 

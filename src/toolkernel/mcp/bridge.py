@@ -33,30 +33,42 @@ server is restarted on the next call. With an ``outputSchema`` the output is the
 ``structuredContent``, which the kernel holds to that schema
 (OUTPUT_CONTRACT_VIOLATION); otherwise it is ``{"content": [...]}``. Images, audio and
 binary resources go to the artifact store and appear as ``{"artifact": id}``.
+
+Connecting: starting a server (spawn and ``initialize``) and listing its tools are each
+bounded by ``ServerConfig.start_timeout_s``. A failure says what happened (``command
+'x' not found``, ``it did not answer initialize within 10 s``, ...) to the operator;
+the model is only told that the server could not be started. The lines a stdio server
+writes on stdout that are not JSON-RPC are logged once per start, in place of the SDK's
+traceback a line; ``MAX_BAD_LINES`` of them in a row disconnect it as broken.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import json
 import logging
 import re
+import socket
 import sys
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Self, TextIO
+from typing import TYPE_CHECKING, Any, Final, Self, TextIO
 
 import anyio
 import anyio.abc
 import anyio.to_thread
 import mcp_types as types
 from mcp import Client
+from mcp.client import Transport
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from toolkernel.artifacts import ArtifactStore
@@ -75,6 +87,9 @@ from toolkernel.mcp.servers import ServerConfig
 from toolkernel.run import Run
 from toolkernel.tools.planted import absent_policy_files, remove_planted_async
 
+if TYPE_CHECKING:  # the SDK's stream protocols, for annotations only (a private module)
+    from mcp.client._transport import ReadStream, TransportStreams
+
 __all__ = [
     "ADMISSION_RUN_ID",
     "Admission",
@@ -90,12 +105,15 @@ __all__ = [
 
 ADMISSION_RUN_ID: Final = "mcp-admission"
 """The ledger run that admission events go to when no run is given."""
-CONNECT_TIMEOUT_S: Final = 30.0
-"""Bound on starting a server (spawn + initialize) and on listing its tools."""
+MAX_BAD_LINES: Final = 100
+"""Lines in a row that a stdio server may write on stdout that are not JSON-RPC; at
+this many it is taken for broken and disconnected."""
 CLIENT_INFO: Final = types.Implementation(name="toolkernel", version="0.1")
 
 _log = logging.getLogger(__name__)
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
+_SDK_STDIO_LOG: Final = logging.getLogger("mcp.client.stdio")
+_SDK_PARSE_ERROR: Final = "Failed to parse JSONRPC message from server"
 
 
 class ServerUnavailable(ToolkernelError):
@@ -238,7 +256,8 @@ class ServerConnection:
     """One server's client session, owned by a task of the bridge's task group.
 
     The SDK's client is an async context manager, so a dedicated task enters it and
-    keeps it open until ``close`` (or until it is found dead and replaced).
+    keeps it open until ``close`` (or until it is found dead and replaced). ``label``
+    names the server in messages (default ``MCP server <name>``).
     """
 
     def __init__(
@@ -249,8 +268,10 @@ class ServerConnection:
         errlog: TextIO | None = None,
         on_tools_changed: Callable[[str], Coroutine[Any, Any, None]] | None = None,
         sandbox: Callable[[ServerConfig], list[str]] | None = None,
+        label: str | None = None,
     ) -> None:
         self.config = config
+        self.label = label or f"MCP server {config.name}"
         self.generation = 0
         self._group = group
         self._errlog = errlog
@@ -258,6 +279,7 @@ class ServerConnection:
         self._sandbox = sandbox  # the argv that runs a sandboxed server's command
         self._client: Client | None = None
         self._stop: anyio.Event | None = None
+        self._start: _Start | None = None
         self._lock = anyio.Lock()
 
     async def client(self) -> Client:
@@ -276,15 +298,32 @@ class ServerConnection:
             if self._client is None:
                 self.close()
                 self._stop = anyio.Event()
+                start = _Start(self.label, self._stop)
                 try:
-                    with anyio.fail_after(CONNECT_TIMEOUT_S):
-                        self._client = await self._group.start(self._own, self._stop)
+                    with anyio.fail_after(self.config.start_timeout_s):
+                        self._client = await self._group.start(self._own, start)
                 except Exception as exc:  # any failure to start means "unavailable"
-                    raise ServerUnavailable(
-                        f"MCP server {self.config.name} could not be started: {_reason(exc)}"
-                    ) from exc
+                    why = start.fault or _start_failure(self.config, exc)
+                    raise ServerUnavailable(f"{self.label} could not be started: {why}") from exc
+                self._start = start
                 self.generation += 1
             return self._client
+
+    async def list_tools(self, client: Client) -> list[dict[str, Any]]:
+        """The tools ``client``'s server lists (every page), within its timeout.
+
+        Raises:
+            ServerUnavailable: the server did not list them.
+        """
+        try:
+            with anyio.fail_after(self.config.start_timeout_s):
+                return await list_remote_tools(client)
+        except (MCPError, ValidationError, TimeoutError) as exc:
+            if isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED:
+                self.discard(client)
+            fault = self._start.fault if self._start is not None else None
+            why = fault or _listing_failure(self.config, exc)
+            raise ServerUnavailable(f"{self.label} did not list its tools: {why}") from exc
 
     def discard(self, client: Client) -> None:
         """Forget a client whose connection failed; the next call starts a new one."""
@@ -297,8 +336,8 @@ class ServerConnection:
             self._stop.set()
             self._stop = None
 
-    async def _own(self, stop: anyio.Event, *, task_status: anyio.abc.TaskStatus[Client]) -> None:
-        started = False
+    async def _own(self, start: _Start, *, task_status: anyio.abc.TaskStatus[Client]) -> None:
+        client: Client | None = None
         argv = list(self.config.command)
         if self.config.sandbox != "none":
             if self._sandbox is None:
@@ -306,17 +345,19 @@ class ServerConnection:
             # Raises rather than start it unsandboxed; lists the workspace: off the loop.
             argv = await anyio.to_thread.run_sync(self._sandbox, self.config)
         try:
-            async with self._new_client(argv) as client:
+            async with self._new_client(argv, start) as client:
                 task_status.started(client)
-                started = True
-                await stop.wait()
+                await start.stop.wait()
         except Exception:
-            if not started:
+            if client is None:
                 raise
             # The process died or the connection broke: calls see it as REMOTE_ERROR.
-            _log.info("MCP server %s: connection ended", self.config.name, exc_info=True)
+            _log.info("%s: connection ended", self.label, exc_info=True)
+        if client is not None and start.fault is not None:
+            _log.warning("%s was disconnected: %s", self.label, start.fault)
+            self.discard(client)
 
-    def _new_client(self, argv: list[str]) -> Client:
+    def _new_client(self, argv: list[str], start: _Start) -> Client:
         config = self.config
         target: Any
         if config.url:
@@ -331,7 +372,8 @@ class ServerConnection:
                 env=env,
                 cwd=config.cwd,
             )
-            target = stdio_client(params, errlog=self._errlog or sys.stderr)
+            _SDK_STDIO_LOG.addFilter(_without_parse_tracebacks)  # idempotent
+            target = _parsed_only(stdio_client(params, errlog=self._errlog or sys.stderr), start)
         return Client(
             target,
             mode="legacy",
@@ -344,6 +386,96 @@ class ServerConnection:
         changed = getattr(message, "method", None) == "notifications/tools/list_changed"
         if changed and self._on_tools_changed is not None:
             self._group.start_soon(self._on_tools_changed, self.config.name)
+
+
+def _without_parse_tracebacks(record: logging.LogRecord) -> bool:
+    # The SDK logs each line that is not JSON-RPC with a traceback and without naming
+    # the server (165,214 of them in 33 s for `yes`); _Start reports them per server.
+    return record.msg != _SDK_PARSE_ERROR
+
+
+@dataclass(slots=True)
+class _Start:
+    """One start of a server: what stops it, and its stdout lines that did not parse."""
+
+    label: str
+    stop: anyio.Event
+    bad: int = 0
+    in_a_row: int = 0
+    fault: str | None = None
+
+    def parsed(self) -> None:
+        self.in_a_row = 0
+
+    def unparsed(self, error: ValueError) -> None:
+        """Count a line that is not JSON-RPC; at MAX_BAD_LINES in a row, the server is
+        broken: ``fault`` says why and its connection stops."""
+        self.bad += 1
+        self.in_a_row += 1
+        if self.bad == 1:
+            _log.warning("%s wrote non-JSON-RPC output on stdout: %s", self.label, _line(error))
+        if self.in_a_row >= MAX_BAD_LINES and self.fault is None:
+            self.fault = (
+                f"it wrote {MAX_BAD_LINES} lines in a row on stdout that are not JSON-RPC "
+                f"(the last: {_line(error)})"
+            )
+            self.stop.set()
+
+
+class _ParsedOnly:
+    """A stdio server's read stream without the SDK's parse errors (a ``ReadStream``).
+
+    Once the server is broken (``_Start.fault``) the stream ends, so the session sees
+    the connection close: a pending request fails with CONNECTION_CLOSED.
+    """
+
+    def __init__(self, inner: ReadStream[SessionMessage | Exception], start: _Start) -> None:
+        self._inner = inner
+        self._start = start
+
+    async def receive(self) -> SessionMessage | Exception:
+        while self._start.fault is None:
+            item = await self._inner.receive()
+            if isinstance(item, SessionMessage):
+                self._start.parsed()
+                return item
+            if not isinstance(item, ValueError):  # another transport fault: the session's
+                return item
+            self._start.unparsed(item)
+        raise anyio.EndOfStream
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+@asynccontextmanager
+async def _parsed_only(transport: Transport, start: _Start) -> AsyncIterator[TransportStreams]:
+    async with transport as (read, write):
+        yield _ParsedOnly(read, start), write
+
+
+def _line(error: ValueError) -> str:
+    """The stdout line a parse error is about, quoted and cut for a terminal."""
+    value: Any = str(error)
+    if isinstance(error, ValidationError) and error.error_count():
+        value = error.errors(include_url=False)[0].get("input", value)
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return repr(text if len(text) <= 60 else text[:60] + "…")
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,10 +591,9 @@ class McpBridge:
             try:
                 client = await state.connection.client()
                 generation = state.connection.generation
-                with anyio.fail_after(CONNECT_TIMEOUT_S):
-                    listed = await list_remote_tools(client)
-            except (ServerUnavailable, MCPError, ValidationError, TimeoutError) as exc:
-                _log.warning("MCP server %s is unavailable: %s", server, exc)
+                listed = await state.connection.list_tools(client)
+            except ServerUnavailable as exc:
+                _log.warning("%s", exc)
                 return ServerReport(server, connected=False, error=str(exc)[:300])
             state.listed_generation = generation
             return self._admit_all(state, self.servers[server], listed)
@@ -677,14 +808,85 @@ def _wire(tool: types.Tool) -> dict[str, Any]:
     return tool.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
-def _reason(exc: BaseException) -> str:
-    """Why a server did not start, in a line: our own errors (no sandbox here, a bad
-    cwd) and the SDK's say it; anything else is named."""
+def _start_failure(config: ServerConfig, exc: BaseException) -> str:
+    """Why ``config``'s server did not start, in a line for its operator.
+
+    It may name host paths (the command, the cwd): it goes to the terminal and to
+    ``ServerReport.error``; the model is only told that the server could not start.
+    """
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    if isinstance(exc, ToolkernelError | MCPError):
+    if isinstance(exc, TimeoutError):  # before OSError, its base class
+        return f"it did not answer initialize within {config.start_timeout_s:g} s"
+    if isinstance(exc, MCPError):
+        if exc.code == types.CONNECTION_CLOSED:
+            ended = "the connection closed" if config.url else "it exited or closed its stdout"
+            return f"{ended} before it answered initialize"
+        error = f"it answered initialize with an error: {_clip(exc.message)}"
+        if exc.code == types.METHOD_NOT_FOUND:
+            return f"it is not an MCP server ({error})"
+        return f"{error} (code {exc.code})"
+    if isinstance(exc, OSError) and not config.url:
+        return _spawn_failure(config, exc)
+    cause = _deepest_os_error(exc)
+    if config.url and cause is not None:
+        return f"could not connect to URL {config.describe()} ({_network_problem(cause)})"
+    if isinstance(exc, ToolkernelError):
         return str(exc)[:300] or type(exc).__name__
-    return type(exc).__name__
+    detail = _clip(str(exc))
+    return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+
+
+def _spawn_failure(config: ServerConfig, exc: OSError) -> str:
+    if config.cwd is not None and str(exc.filename) == str(config.cwd):  # may be a Path
+        problem = {
+            FileNotFoundError: "does not exist",
+            NotADirectoryError: "is not a directory",
+        }.get(type(exc), f"cannot be entered ({exc.strerror})")
+        return f"cwd '{config.cwd}' {problem}"
+    command = exc.filename or (config.command[0] if config.command else "?")
+    if isinstance(exc, FileNotFoundError):
+        return f"command '{command}' not found"
+    if isinstance(exc, PermissionError):
+        return f"command '{command}' is not executable"
+    return f"command '{command}' could not be run ({exc.strerror or exc})"
+
+
+def _deepest_os_error(exc: BaseException) -> OSError | None:
+    """The innermost OSError behind ``exc`` (an HTTP client's ConnectError wraps one)."""
+    found: OSError | None = None
+    seen: BaseException | None = exc
+    for _ in range(20):  # a cycle of causes cannot loop forever
+        if seen is None:
+            break
+        if isinstance(seen, OSError):
+            found = seen
+        seen = seen.__cause__ or seen.__context__
+    return found
+
+
+def _network_problem(error: OSError) -> str:
+    if isinstance(error, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(error, socket.gaierror):
+        return "host not found"
+    return _clip(error.strerror or str(error)) or type(error).__name__
+
+
+def _listing_failure(config: ServerConfig, exc: Exception) -> str:
+    if isinstance(exc, TimeoutError):
+        return f"it did not answer within {config.start_timeout_s:g} s"
+    if isinstance(exc, MCPError):
+        if exc.code == types.CONNECTION_CLOSED:
+            return "the connection closed"
+        return f"it answered with an error: {_clip(exc.message)} (code {exc.code})"
+    return "it sent a malformed tools/list result"
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    """Text from a server, cut and made safe to print on a terminal."""
+    clipped = "".join(c if c.isprintable() else "?" for c in text[:limit])
+    return clipped + "…" if len(text) > limit else clipped
 
 
 def _remote_failure(tool: str, detail: str, retryable: bool) -> ToolFailed:

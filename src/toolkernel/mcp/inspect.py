@@ -14,21 +14,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import anyio
-from mcp.shared.exceptions import MCPError
-from pydantic import ValidationError
 
 from toolkernel.definition import TrustLevel
 from toolkernel.lint import Finding
-from toolkernel.mcp.bridge import (
-    CONNECT_TIMEOUT_S,
-    Admission,
-    ServerConnection,
-    ServerUnavailable,
-    admit_tool,
-    list_remote_tools,
-)
+from toolkernel.mcp.bridge import Admission, ServerConnection, ServerUnavailable, admit_tool
 from toolkernel.mcp.pins import PinStore
-from toolkernel.mcp.servers import SandboxMode, ServerConfig, ad_hoc_server
+from toolkernel.mcp.servers import AD_HOC_NAME, SandboxMode, ServerConfig, ad_hoc_server
 
 __all__ = ["InspectReport", "InspectedTool", "inspect_server", "render_inspect"]
 
@@ -84,7 +75,7 @@ class InspectReport:
 async def inspect_server(
     target: Sequence[str] | str | ServerConfig,
     *,
-    name: str = "server",
+    name: str = AD_HOC_NAME,
     trust: TrustLevel = TrustLevel.UNTRUSTED,
     pins: PinStore | None = None,
     sandbox: Callable[[ServerConfig], list[str]] | None = None,
@@ -94,6 +85,8 @@ async def inspect_server(
     """Connect to a server (an argv, a URL, or a configured server) and report on it.
 
     Args:
+        name: the namespace of its tools; an argv or URL target left with the default
+            name is called "the server" in messages.
         sandbox: builds the argv of a sandboxed server (``sandboxed_argv`` bound to
             the runtime's configuration); needed when the server asks for a sandbox.
         sandbox_mode, ro_binds: the sandbox of an ad-hoc (argv) target.
@@ -102,9 +95,11 @@ async def inspect_server(
         ServerUnavailable: the server could not be started or listed.
         ConfigError: the target or name is unusable.
     """
+    label = None
     if isinstance(target, ServerConfig):
         config = target
     else:
+        label = "the server" if name == AD_HOC_NAME else None
         base = ad_hoc_server(target, name=name)
         config = ServerConfig(
             name=base.name,
@@ -116,20 +111,16 @@ async def inspect_server(
         )
     try:
         async with anyio.create_task_group() as group:
-            connection = ServerConnection(config, group, sandbox=sandbox)
+            connection = ServerConnection(config, group, sandbox=sandbox, label=label)
             try:
                 client = await connection.client()
-                with anyio.fail_after(CONNECT_TIMEOUT_S):
-                    listed = await list_remote_tools(client)
+                listed = await connection.list_tools(client)
                 info = client.server_info
                 version = client.protocol_version
             finally:
                 connection.close()
     except* ServerUnavailable as group_error:
         raise group_error.exceptions[0] from None  # one server: its own error, unwrapped
-    except* (MCPError, ValidationError, TimeoutError) as group_error:
-        why = type(group_error.exceptions[0]).__name__
-        raise ServerUnavailable(f"MCP server {config.name} could not be listed: {why}") from None
     tools = tuple(_inspected(admit_tool(config, tool), pins) for tool in listed)
     return InspectReport(
         server=config.name,

@@ -13,6 +13,10 @@
     network = false                       # in the sandbox: share the host network
     ro_binds = ["/opt/git-tools"]         # in the sandbox: more host paths, read-only
 
+Starting a server (spawn and ``initialize``) and listing its tools are bounded by its
+``timeout_ms`` too, but never by less than 10 s: a process needs time to start even
+when its calls are quick (see ``ServerConfig.start_timeout_s``).
+
 A stdio child gets a small base environment from the SDK (HOME, LOGNAME, PATH, SHELL,
 TERM, USER), the variables named in ``env_allow`` that are set here, and ``env``;
 nothing else of ours leaks to it. A sandboxed server (``sandbox``, see
@@ -27,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from toolkernel.definition import TrustLevel
 from toolkernel.errors import ConfigError
@@ -46,6 +51,10 @@ PinMode = Literal["tofu", "strict"]
 SandboxMode = Literal["none", "read-only", "workspace"]
 
 DEFAULT_TIMEOUT_MS: Final = 30_000
+MIN_START_TIMEOUT_MS: Final = 10_000
+"""The least time a server is given to start, whatever its ``timeout_ms``."""
+AD_HOC_NAME: Final = "server"
+"""The name of a server given on the command line without one."""
 SERVER_NAME_PATTERN: Final = r"^[A-Za-z][A-Za-z0-9_-]{0,31}$"
 
 _SERVER_SCHEMA: Final[dict[str, Any]] = {
@@ -72,6 +81,7 @@ _SERVER_SCHEMA: Final[dict[str, Any]] = {
         },
         "env": {"type": "object", "additionalProperties": {"type": "string"}},
         "timeout_ms": {"type": "integer", "minimum": 1, "maximum": 3_600_000},
+        "start_timeout_ms": {"type": "integer", "minimum": 1, "maximum": 3_600_000},
         "tools": {"type": "array", "items": {"type": "string", "minLength": 1}},
         "trust": {"enum": ["trusted", "untrusted"]},
         "pin": {"enum": ["tofu", "strict"]},
@@ -106,7 +116,14 @@ _VALIDATOR: Final = compile_schema(MCP_CONFIG_SCHEMA)
 
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
-    """One downstream server: how to reach it and how far to believe it."""
+    """One downstream server: how to reach it and how far to believe it.
+
+    ``timeout_ms`` bounds each call of its tools (it becomes their ``timeoutMs``).
+    ``start_timeout_ms`` bounds each step of connecting: starting the server (spawn
+    and ``initialize``) and listing its tools; when None, ``timeout_ms`` does, but
+    never less than ``MIN_START_TIMEOUT_MS`` (10 s), since a process needs time to
+    start even when its calls are quick.
+    """
 
     name: str
     command: tuple[str, ...] = ()
@@ -115,6 +132,7 @@ class ServerConfig:
     env_allow: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     timeout_ms: int = DEFAULT_TIMEOUT_MS
+    start_timeout_ms: int | None = None
     tools: frozenset[str] | None = None
     trust: TrustLevel = TrustLevel.UNTRUSTED
     pin: PinMode = "tofu"
@@ -132,6 +150,13 @@ class ServerConfig:
         return f"mcp:{self.name}"
 
     @property
+    def start_timeout_s(self) -> float:
+        """The bound, in seconds, on starting the server and on listing its tools."""
+        if self.start_timeout_ms is not None:
+            return self.start_timeout_ms / 1000
+        return max(self.timeout_ms, MIN_START_TIMEOUT_MS) / 1000
+
+    @property
     def trusted(self) -> bool:
         return self.trust is TrustLevel.TRUSTED
 
@@ -146,8 +171,12 @@ class ServerConfig:
         return passed | dict(self.env)
 
     def describe(self) -> str:
-        """The server's target, for messages (the command or the URL)."""
-        return self.url or " ".join(self.command)
+        """The server's target, for messages: the command, or the URL without its
+        user info and query (where credentials tend to be)."""
+        if self.url is None:
+            return " ".join(self.command)
+        parts = urlsplit(self.url)
+        return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
 
 
 def parse_servers(
@@ -209,6 +238,7 @@ def server_from_mapping(
         env_allow=tuple(raw.get("env_allow", ())),
         env=tuple(sorted(raw.get("env", {}).items())),
         timeout_ms=int(raw.get("timeout_ms", DEFAULT_TIMEOUT_MS)),
+        start_timeout_ms=int(raw["start_timeout_ms"]) if "start_timeout_ms" in raw else None,
         tools=frozenset(raw["tools"]) if "tools" in raw else None,
         trust=TrustLevel(raw.get("trust", TrustLevel.UNTRUSTED)),
         pin=raw.get("pin", "tofu"),
@@ -218,7 +248,7 @@ def server_from_mapping(
     )
 
 
-def ad_hoc_server(target: Sequence[str] | str, *, name: str = "server") -> ServerConfig:
+def ad_hoc_server(target: Sequence[str] | str, *, name: str = AD_HOC_NAME) -> ServerConfig:
     """A server given on the command line (``mcp inspect -- COMMAND…`` or a URL)."""
     if not re.match(SERVER_NAME_PATTERN, name):
         raise ConfigError(f"server name '{name[:40]}' must match {SERVER_NAME_PATTERN}")

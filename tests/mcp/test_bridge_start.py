@@ -1,0 +1,166 @@
+"""Starting downstream servers: bounded in time, failures that say what
+happened, and stdout that is not JSON-RPC reported once instead of a traceback a line."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import pytest
+from fixtures.bridge_support import FIXTURE_SERVER, fixture_server, free_port, open_kernel
+
+from toolkernel.cli import main as cli_main
+from toolkernel.codes import ErrorCode, Status
+from toolkernel.mcp import McpBridge, ServerConfig, ServerUnavailable, inspect_server
+
+pytestmark = pytest.mark.anyio
+
+GARBAGE_NOTE = "wrote non-JSON-RPC output on stdout: 'garbage'"
+
+
+def _tracebacks(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.exc_info or "Failed to parse" in r.getMessage()]
+
+
+def _notes(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if text in r.getMessage()]
+
+
+async def test_garbage_on_stdout_is_reported_once_without_a_traceback(caplog):
+    server = ServerConfig(
+        name="junk",
+        command=("sh", "-c", "echo garbage; echo garbage; sleep 5"),
+        start_timeout_ms=1000,
+    )
+    with anyio.fail_after(10), pytest.raises(ServerUnavailable):
+        await inspect_server(server)
+    assert _notes(caplog, "non-JSON-RPC") == [f"MCP server junk {GARBAGE_NOTE}"]
+    assert _tracebacks(caplog) == []
+
+
+async def test_a_server_that_prints_a_banner_first_still_connects(workspace, caplog):
+    command = f"echo garbage; exec '{sys.executable}' '{FIXTURE_SERVER}'"
+    server = ServerConfig(name="chatty", command=("sh", "-c", command))
+    kernel = open_kernel(workspace)
+    with anyio.fail_after(30):
+        async with McpBridge(kernel, [server]) as bridge:
+            [report] = await bridge.connect_all()
+    assert report.connected
+    assert "chatty.echo" in report.accepted
+    assert _notes(caplog, "non-JSON-RPC") == [f"MCP server chatty {GARBAGE_NOTE}"]
+    assert _tracebacks(caplog) == []
+
+
+async def test_a_server_that_floods_stdout_is_refused_as_broken(caplog):
+    with anyio.fail_after(10), pytest.raises(ServerUnavailable, match="not JSON-RPC") as caught:
+        await inspect_server(["yes"])
+    assert str(caught.value).startswith("the server could not be started: it wrote 100 lines")
+    assert len(caplog.records) < 5
+    assert _tracebacks(caplog) == []
+
+
+async def test_a_server_that_floods_stdout_mid_call_fails_remote_error_and_restarts(
+    workspace, caplog
+):
+    kernel = open_kernel(workspace)
+    run = kernel.start_run()
+    with anyio.fail_after(30):
+        async with McpBridge(kernel, [fixture_server("fx", "--babble", timeout_ms=8000)]) as bridge:
+            await bridge.connect_all(run)
+            flooded = await kernel.call(run, "fx.babble", {})
+            again = await kernel.call(run, "fx.echo", {"message": "back"})
+    assert flooded.status is Status.FAILED
+    assert flooded.error_code is ErrorCode.REMOTE_ERROR
+    assert flooded.retryable
+    assert again.status is Status.SUCCEEDED
+    assert _tracebacks(caplog) == []
+
+
+async def test_a_server_that_never_answers_is_given_up_after_its_timeout(workspace):
+    silent = ServerConfig(name="slow", command=("sleep", "1000"), start_timeout_ms=1000)
+    kernel = open_kernel(workspace)
+    with anyio.fail_after(10):
+        async with McpBridge(kernel, [silent, fixture_server()]) as bridge:
+            down, up = await bridge.connect_all()
+    assert not down.connected
+    assert (
+        down.error
+        == "MCP server slow could not be started: it did not answer initialize within 1 s"
+    )
+    assert up.connected
+
+
+def test_a_start_is_bounded_by_the_call_timeout_but_never_below_ten_seconds():
+    assert ServerConfig(name="a", command=("x",), timeout_ms=300).start_timeout_s == 10
+    assert ServerConfig(name="a", command=("x",), timeout_ms=60_000).start_timeout_s == 60
+    assert ServerConfig(name="a", command=("x",), start_timeout_ms=1500).start_timeout_s == 1.5
+
+
+def _missing_command(tmp_path: Path) -> ServerConfig:
+    return ServerConfig(name="x", command=("toolkernel-no-such-command",))
+
+
+def _missing_cwd(tmp_path: Path) -> ServerConfig:
+    return ServerConfig(name="x", command=("cat",), cwd=tmp_path / "gone")
+
+
+def _not_mcp(tmp_path: Path) -> ServerConfig:
+    return ServerConfig(name="x", command=("cat",))
+
+
+def _unreachable(tmp_path: Path) -> ServerConfig:
+    return ServerConfig(name="x", url=f"http://user:secret@127.0.0.1:{free_port()}/mcp?key=k")
+
+
+@pytest.mark.parametrize(
+    ("config", "why"),
+    [
+        (_missing_command, "command 'toolkernel-no-such-command' not found"),
+        (_missing_cwd, "cwd '{tmp}/gone' does not exist"),
+        (_not_mcp, "is not an MCP server (it answered initialize with an error: Method not found)"),
+        (_unreachable, "could not connect to URL http://127.0.0.1:{port}/mcp (connection refused)"),
+    ],
+)
+async def test_a_start_failure_says_what_happened(
+    tmp_path: Path, config: Callable[[Path], ServerConfig], why: str
+):
+    server = config(tmp_path)
+    port = server.url.split(":")[-1].split("/")[0] if server.url else ""
+    with anyio.fail_after(10), pytest.raises(ServerUnavailable) as caught:
+        await inspect_server(server)
+    message = str(caught.value)
+    assert message.startswith("MCP server x could not be started: ")
+    assert why.format(tmp=tmp_path, port=port) in message
+    assert "secret" not in message
+
+
+async def test_the_model_is_not_told_the_host_path_of_a_server_that_cannot_restart(
+    workspace, tmp_path
+):
+    home = tmp_path / "server-home"
+    home.mkdir()
+    kernel = open_kernel(workspace)
+    run = kernel.start_run()
+    with anyio.fail_after(30):
+        async with McpBridge(kernel, [fixture_server(cwd=home)]) as bridge:
+            await bridge.connect_all(run)
+            await kernel.call(run, "fx.crash", {})
+            shutil.rmtree(home)
+            result = await kernel.call(run, "fx.echo", {"message": "x"})
+    assert result.error_code is ErrorCode.REMOTE_ERROR
+    assert result.retryable
+    assert str(tmp_path) not in str(result.projection())
+
+
+def test_inspect_without_a_name_says_the_server(tmp_path, capfd):
+    argv = ["mcp", "inspect", "--workspace", str(tmp_path), "--", "cat"]
+    assert cli_main(argv) == 2
+    err = capfd.readouterr().err
+    assert err == (
+        "ServerUnavailable: the server could not be started: it is not an MCP server "
+        "(it answered initialize with an error: Method not found)\n"
+    )
