@@ -308,16 +308,55 @@ def _mcp_diff(args: argparse.Namespace) -> int:
     from toolkernel.mcp import PinStore, diff_pins
 
     store = PinStore.in_state_dir(_config(args).state_dir)
-    sys.stdout.write(diff_pins(store, args.server, args.tool))
+    with _rejection_explained(args):
+        sys.stdout.write(diff_pins(store, args.server, args.tool))
     return EXIT_OK
 
 
 def _mcp_approve(args: argparse.Namespace) -> int:
     from toolkernel.mcp import approve_pin
 
-    pin = approve_pin(_config(args).state_dir, args.server, args.tool)
+    with _rejection_explained(args):
+        pin = approve_pin(_config(args).state_dir, args.server, args.tool)
     print(f"approved {args.server}.{args.tool} at {pin.hash}")
     return EXIT_OK
+
+
+@contextmanager
+def _rejection_explained(args: argparse.Namespace) -> Iterator[None]:
+    """When nothing awaits approval because the bridge rejected the tool outright (a
+    poisoned description is never offered for approval), say so and why."""
+    try:
+        yield
+    except UsageError as missing:
+        rejection = _latest_rejection(args, args.server, args.tool)
+        if rejection is None:
+            raise
+        reasons = "; ".join(
+            _visible(f"{r.get('rule')}: {r.get('message')} at {r.get('pointer') or '/'}")
+            for r in rejection.payload.get("reasons", [])
+        )
+        raise UsageError(
+            f"{missing}: the bridge rejected its definition at {rejection.at}, so it is "
+            f"never shown and cannot be approved ({reasons})"
+        ) from None
+
+
+def _latest_rejection(args: argparse.Namespace, server: str, tool: str) -> Any:
+    from toolkernel.ledger import EventType
+    from toolkernel.mcp.bridge import ADMISSION_RUN_ID
+
+    with _stored_ledger(args) as ledger:
+        if ledger is None or ADMISSION_RUN_ID not in {r.run_id for r in ledger.runs()}:
+            return None
+        found = [
+            event
+            for event in ledger.events(ADMISSION_RUN_ID)
+            if event.type is EventType.REMOTE_TOOL_REJECTED
+            and event.payload.get("server") == server
+            and tool in (event.payload.get("tool"), event.payload.get("name"))
+        ]
+    return found[-1] if found else None
 
 
 def _tools(args: argparse.Namespace) -> int:
