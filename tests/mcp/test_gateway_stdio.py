@@ -29,6 +29,7 @@ from gateway_harness import (
     make_workspace,
     server_env,
     stdio_client,
+    stdio_params,
     wait_for_result,
 )
 
@@ -373,3 +374,59 @@ def test_a_bad_configuration_exits_2_with_the_error_on_stderr(tmp_path: Path) ->
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.startswith("ConfigError:")
+
+
+def test_a_lone_surrogate_in_the_arguments_gets_an_answer(workspace: Path) -> None:
+    """Valid JSON ("\\ud800"), no UTF-8 form; the SDK's client cannot even send it, so
+    the request is written by hand. The SDK's reader refuses the line, and its client
+    used to wait forever; it now gets an error answer (and later requests still do)."""
+    params = stdio_params(workspace)
+    lines = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "memory.read", "arguments": {"key": "\ud800"}},
+        },
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "memory.read", "arguments": {}},
+        },
+    ]
+    sent = "".join(json.dumps(line) + "\n" for line in lines)  # ensure_ascii: "\\ud800"
+
+    async def exchange() -> dict[int, dict[str, Any]]:
+        with anyio.fail_after(WAIT_S):
+            async with await anyio.open_process(
+                [params.command, *params.args], env=params.env, cwd=params.cwd
+            ) as process:
+                assert process.stdin is not None
+                assert process.stdout is not None
+                await process.stdin.send(sent.encode())
+                buffered = b""
+                async for chunk in process.stdout:
+                    buffered += chunk
+                    lines = buffered.split(b"\n")[:-1]  # whole lines only
+                    answers = {m.get("id"): m for m in map(json.loads, lines) if "id" in m}
+                    if {2, 3} <= answers.keys():
+                        await process.stdin.aclose()
+                        return answers
+        raise AssertionError("no answer to the calls")
+
+    answers = anyio.run(exchange)
+    assert answers[2]["error"]["code"] == types.INVALID_REQUEST
+    assert "could not be read" in answers[2]["error"]["message"]
+    assert answers[3]["result"]["isError"] is False

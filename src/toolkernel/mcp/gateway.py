@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import ipaddress
+import json
 import logging
 import signal
 import socket
@@ -35,7 +36,7 @@ from contextlib import (
     suppress,
 )
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Self
 
 import anyio
 import anyio.from_thread
@@ -45,6 +46,8 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
 
 from toolkernel.approval import Approver
 from toolkernel.calls import ToolCallResult, new_id
@@ -397,8 +400,73 @@ async def _serve_stdio(server: Server[Any], kernel: Kernel) -> None:
         if threading.current_thread() is threading.main_thread():
             group.start_soon(stop_on_signal)
         async with stdio_server() as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+            readable = _AnswerUnreadable(read_stream, write_stream)
+            await server.run(readable, write_stream, server.create_initialization_options())
         group.cancel_scope.cancel()
+
+
+class _AnswerUnreadable:
+    """The stdio read stream, answering requests the SDK cannot read.
+
+    A line that is JSON the SDK's strict parser refuses (a lone surrogate escape such
+    as ``"\\ud800"``) reaches the session as an exception, which drops it: a request
+    would never be answered and its client would wait forever. When Python's own JSON
+    reader finds a request id in such a line, it gets an INVALID_REQUEST error answer.
+    """
+
+    def __init__(self, inner: Any, writer: Any) -> None:
+        self._inner = inner
+        self._writer = writer
+
+    async def receive(self) -> Any:
+        while True:
+            item = await self._inner.receive()
+            request_id = _unreadable_request_id(item)
+            if request_id is None:
+                return item
+            _log.warning("answered request %r that could not be read: %s", request_id, item)
+            error = types.ErrorData(
+                code=types.INVALID_REQUEST,
+                message="The request could not be read: it is not valid JSON text "
+                "(a lone surrogate escape such as \\ud800?). Send UTF-8 text.",
+            )
+            answer = types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
+            await self._writer.send(SessionMessage(answer))
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+def _unreadable_request_id(item: object) -> str | int | None:
+    """The id of a request the SDK could not parse, if the raw line shows one."""
+    if not isinstance(item, ValidationError) or not item.error_count():
+        return None
+    raw = item.errors(include_url=False)[0].get("input")
+    try:
+        message = json.loads(raw) if isinstance(raw, str | bytes) else None
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or "method" not in message:
+        return None
+    request_id = message.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
+        return None  # a notification, or no usable id
+    return request_id
 
 
 async def _serve_http(server: Server[Any], host: str, port: int) -> None:
