@@ -84,6 +84,7 @@ from toolkernel.lint import Finding, Severity, lint_definition
 from toolkernel.mcp.pins import PinStore, PinVerdict, pinned_view
 from toolkernel.mcp.sandboxed import SANDBOX_ENV, sandboxed_argv
 from toolkernel.mcp.servers import ServerConfig
+from toolkernel.mcp.streams import FilteredReadStream
 from toolkernel.run import Run
 from toolkernel.tools.planted import absent_policy_files, remove_planted_async
 
@@ -422,7 +423,7 @@ class _Start:
             self.stop.set()
 
 
-class _ParsedOnly:
+class _ParsedOnly(FilteredReadStream):
     """A stdio server's read stream without the SDK's parse errors (a ``ReadStream``).
 
     Once the server is broken (``_Start.fault``) the stream ends, so the session sees
@@ -430,12 +431,12 @@ class _ParsedOnly:
     """
 
     def __init__(self, inner: ReadStream[SessionMessage | Exception], start: _Start) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._start = start
 
     async def receive(self) -> SessionMessage | Exception:
         while self._start.fault is None:
-            item = await self._inner.receive()
+            item: SessionMessage | Exception = await self._inner.receive()
             if isinstance(item, SessionMessage):
                 self._start.parsed()
                 return item
@@ -443,24 +444,6 @@ class _ParsedOnly:
                 return item
             self._start.unparsed(item)
         raise anyio.EndOfStream
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> SessionMessage | Exception:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
 
 @asynccontextmanager

@@ -36,7 +36,7 @@ from contextlib import (
     suppress,
 )
 from pathlib import Path
-from typing import Any, Final, Literal, Self
+from typing import Any, Final, Literal
 
 import anyio
 import anyio.from_thread
@@ -64,6 +64,7 @@ from toolkernel.mcp.gateway_approval import (
     how_to_approve,
 )
 from toolkernel.mcp.gateway_render import RUN_META, render_result, render_tool
+from toolkernel.mcp.streams import FilteredReadStream
 from toolkernel.run import Run
 
 __all__ = [
@@ -405,7 +406,7 @@ async def _serve_stdio(server: Server[Any], kernel: Kernel) -> None:
         group.cancel_scope.cancel()
 
 
-class _AnswerUnreadable:
+class _AnswerUnreadable(FilteredReadStream):
     """The stdio read stream, answering requests the SDK cannot read.
 
     A line that is JSON the SDK's strict parser refuses (a lone surrogate escape such
@@ -415,7 +416,7 @@ class _AnswerUnreadable:
     """
 
     def __init__(self, inner: Any, writer: Any) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._writer = writer
 
     async def receive(self) -> Any:
@@ -432,24 +433,6 @@ class _AnswerUnreadable:
             )
             answer = types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
             await self._writer.send(SessionMessage(answer))
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
 
 def _unreadable_request_id(item: object) -> str | int | None:
