@@ -106,7 +106,7 @@ class PathGuard:
         """
         resolved = os.path.realpath(workspace)
         if not Path(resolved).is_dir():
-            raise UsageError("the workspace must be an existing directory")
+            raise UsageError(f"the workspace {workspace} must be an existing directory")
         self.workspace = Path(resolved)
         self._root = resolved
         self._prefix = resolved if resolved.endswith("/") else resolved + "/"

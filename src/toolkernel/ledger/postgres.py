@@ -374,7 +374,7 @@ class PostgresLedger(Ledger):
                 f"{what} in {self._where}: stored events and head disagree "
                 f"(a seq after the head already exists); verify the ledger"
             )
-        return LedgerError(f"could not append {what} to {self._where}: {exc}")
+        return LedgerError(f"could not append {what} to {self._where}: {_one_line(exc)}")
 
     # --- connection -------------------------------------------------------------------
 
@@ -441,7 +441,9 @@ class PostgresLedger(Ledger):
         try:
             yield
         except psycopg.Error as exc:
-            raise LedgerError(f"could not {action} the ledger in {self._where}: {exc}") from exc
+            raise LedgerError(
+                f"could not {action} the ledger in {self._where}: {_one_line(exc)}"
+            ) from exc
 
 
 def _try_append(
@@ -501,3 +503,8 @@ def _describe(params: dict[str, Any], schema: str) -> str:
     port = f":{params['port']}" if params.get("port") else ""
     dbname = params.get("dbname") or "the default database"
     return f"PostgreSQL schema {schema!r} of database {dbname!r} on {host}{port}"
+
+
+def _one_line(exc: BaseException) -> str:
+    """psycopg's message on one line: libpq adds a line per address it tried."""
+    return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
