@@ -115,7 +115,7 @@ class NativeAdapter:
         kwargs = dict(invocation.arguments)
         for name in tool.integer_parameters:
             value = kwargs.get(name)
-            if type(value) is float:  # validated: a whole number such as 1.0
+            if type(value) is float and value.is_integer():  # 1.0: an integer to the schema
                 kwargs[name] = int(value)
         if tool.context_parameter:
             kwargs[tool.context_parameter] = invocation.context

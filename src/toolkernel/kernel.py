@@ -64,7 +64,7 @@ from toolkernel.redaction import Redactor
 from toolkernel.registry import RegisteredTool, Registry
 from toolkernel.replay import RecordedResults
 from toolkernel.run import Run, ToolCall
-from toolkernel.state import state_globs
+from toolkernel.state import check_placement, state_globs
 from toolkernel.tracing import record_tool_span
 from toolkernel.validation import ValidationResult, Violation, validate
 
@@ -131,6 +131,9 @@ class _Journal:
         self._events: list[NewEvent] = []
         self.call_ids: list[str] = []  # the calls of this batch, for cleanup
         self._open: dict[str, Mapping[str, Any]] = {}  # REQUEST payload, no RESULT yet
+        # Idempotency keys this batch holds (duplicates wait on them): released with a
+        # result even when the batch is interrupted, or a later duplicate would hang.
+        self.held: list[tuple[dict[tuple[str, str], _Inflight], tuple[str, str], _Inflight]] = []
 
     def write(self, events: Iterable[NewEvent]) -> None:
         for event in events:
@@ -159,6 +162,12 @@ class _Journal:
                 "internal": {"interrupted": type(exc).__name__},
             }
             self.write([NewEvent(EventType.TOOL_CALL_RESULT, payload, call_id)])
+        for inflight_map, key, entry in self.held:
+            if not entry.done.is_set():
+                call = "interrupted"
+                entry.result = ToolCallResult.from_code(call, code, tool=key[0])
+                inflight_map.pop(key, None)
+                entry.done.set()
 
     def flush(self, *, durable: bool = False) -> None:
         """Hand the events to the ledger; with ``durable``, wait until they are stored."""
@@ -166,10 +175,14 @@ class _Journal:
             events, self._events = self._events, []
             # append_batch: one transaction, like append, without returning the stored
             # events, which building cost more than the rest of the append's Python.
-            if durable:
-                self._ledger.append_durable([(self._run_id, events)])
-            else:
-                self._ledger.append_batch([(self._run_id, events)])
+            try:
+                if durable:
+                    self._ledger.append_durable([(self._run_id, events)])
+                else:
+                    self._ledger.append_batch([(self._run_id, events)])
+            except BaseException:
+                self._events[:0] = events  # nothing was stored: a later flush tries again
+                raise
         elif durable:
             self._ledger.sync()
 
@@ -205,6 +218,7 @@ class Kernel:
     ) -> None:
         self.config = config or Config.default()
         self.registry = Registry()
+        check_placement(self.config)
         self.guard = PathGuard(
             self.config.workspace,
             forbidden=(*self.config.forbidden_paths, *state_globs(self.config)),
@@ -832,6 +846,7 @@ class Kernel:
             return result
         entry = _Inflight(request.arguments_hash)
         self._inflight[(name, key)] = entry
+        journal.held.append((self._inflight, (name, key), entry))
         return entry
 
     async def _approve(

@@ -51,16 +51,16 @@ class RegisteredTool:
 
 
 def _is_integer(schema: Mapping[str, Any]) -> bool:
-    """``"type": "integer"``, alone or with ``null`` (``int | None``)."""
+    """Only whole numbers are allowed: ``"type": "integer"``, alone or with ``null``
+    (``int | None``, also as ``anyOf``), and no ``number`` anywhere beside it."""
     kind = schema.get("type")
     if kind == "integer":
         return True
-    if isinstance(kind, list) and "integer" in kind and "number" not in kind:
-        return True
-    return any(
-        isinstance(option, Mapping) and option.get("type") == "integer"
-        for option in schema.get("anyOf", ())
-    )
+    if isinstance(kind, list):
+        return "integer" in kind and "number" not in kind
+    options = [o for o in schema.get("anyOf", ()) if isinstance(o, Mapping)]
+    kinds = [option.get("type") for option in options]
+    return "integer" in kinds and all(k in ("integer", "null") for k in kinds)
 
 
 def version_key(version: str) -> tuple[tuple[int, int | str], ...]:

@@ -4,7 +4,8 @@ The state directory (ledger, artifacts, approvals, pins) is ``.toolkernel/`` in 
 workspace by default; ``state_dir`` and ``[ledger] path`` can move it. Wherever it is
 in the workspace, no tool may read or write it and no sandboxed process may see it:
 the path guard forbids it (``state_globs``) and the sandbox hides it
-(``state_paths``).
+(``state_paths``). Placements that cannot be protected are refused
+(``check_placement``).
 """
 
 from __future__ import annotations
@@ -13,22 +14,37 @@ import re
 from pathlib import Path
 
 from toolkernel.config import Config
+from toolkernel.errors import ConfigError
 
-__all__ = ["state_globs", "state_paths"]
+__all__ = ["check_placement", "state_globs", "state_paths"]
+
+
+def check_placement(config: Config) -> None:
+    """Refuse state that cannot be kept from the tools: the workspace itself as the
+    state directory, or a ledger file in the workspace root (SQLite's side files, such
+    as a ``-journal`` a command creates, would be the ledger's too).
+
+    Raises:
+        ConfigError: either placement.
+    """
+    workspace = config.workspace.resolve()
+    if config.state_dir.resolve() == workspace:
+        raise ConfigError("state_dir: the state needs a directory of its own, not the workspace")
+    if config.ledger.backend == "sqlite" and config.ledger_path.resolve().parent == workspace:
+        raise ConfigError(
+            "ledger.path: put the ledger in a directory of its own (e.g. "
+            "'.toolkernel/ledger.db'), not in the workspace root"
+        )
 
 
 def state_paths(config: Config) -> tuple[Path, ...]:
-    """The state's directories inside the workspace; for a ledger file kept in the
-    workspace root itself, that file with its ``-wal``/``-shm``/``-journal`` files."""
+    """The state's directories inside the workspace (see ``check_placement``)."""
     workspace = config.workspace.resolve()
     found: list[Path] = []
     for directory in (config.state_dir, config.ledger_path.parent):
         where = directory.resolve()
         if where != workspace and where.is_relative_to(workspace) and where not in found:
             found.append(where)
-    ledger = config.ledger_path.resolve()
-    if ledger.parent == workspace:
-        found.extend(ledger.with_name(ledger.name + s) for s in ("", "-wal", "-shm", "-journal"))
     return tuple(found)
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import threading
+from typing import Annotated
 
 import anyio
 import pytest
+from annotated_types import Ge
 
 from toolkernel.canonical import canonical_json
 from toolkernel.codes import ErrorCode, Status
@@ -453,5 +455,72 @@ async def test_a_call_whose_caller_is_cancelled_still_gets_its_result_recorded(k
     assert (result["status"], result["errorCode"]) == ("CANCELLED", "USER_CANCELLED")
     assert events[-1].payload["internal"] == {"interrupted": "CancelledError"}
     report = kernel.ledger.verify()
+    assert report.ok
+    assert report.unfinished == []
+
+
+async def test_only_whole_numbers_for_integer_only_parameters_become_int(kernel_factory):
+    @tool("kinds.show")
+    def show(n: int, either: Annotated[int, Ge(1)] | float = 1, maybe: int | None = None) -> str:
+        """Show the argument types.
+
+        Args:
+            n: an integer.
+            either: an integer or a float.
+            maybe: an integer or nothing.
+        """
+        return f"{n!r} {either!r} {maybe!r}"
+
+    kernel = kernel_factory()
+    kernel.register(show)
+    run = kernel.start_run()
+    result = await kernel.call(run, "kinds.show", {"n": 3.0, "either": 2.5, "maybe": 4.0})
+    assert result.structured_output == "3 2.5 4"
+
+
+async def test_an_idempotency_key_held_by_an_interrupted_call_is_released(kernel_factory):
+    """A duplicate waiting on a cut-short call must not wait forever."""
+    kernel = kernel_factory()
+    run = kernel.start_run()
+    with anyio.move_on_after(0.05):
+        await kernel.call(run, "slow.wait", {"seconds": 5}, idempotency_key="k1")
+    with anyio.fail_after(5):
+        again = await kernel.call(run, "slow.wait", {"seconds": 0.01}, idempotency_key="k1")
+    assert again.status is Status.SUCCEEDED
+
+
+async def test_a_failed_durable_write_is_retried_with_the_interrupted_result(
+    kernel_factory, workspace
+):
+    """The REQUEST and STARTED of a mutating call are not dropped when their durable
+    write fails; they are stored later with the call's RESULT."""
+    from toolkernel.errors import LedgerError
+    from toolkernel.ledger import SqliteLedger
+
+    class FailingOnce(SqliteLedger):
+        failed = False
+
+        def append_durable(self, batches):  # type: ignore[no-untyped-def]
+            if not self.failed:
+                self.failed = True
+                raise LedgerError("disk full")
+            super().append_durable(batches)
+
+    ledger = FailingOnce(workspace / "flaky.db")
+    config = '[run]\nprofile = "full"\nstate = "EDITING"\n[[exposure]]\ntools = ["*"]\n'
+    kernel = kernel_factory(config, ledger=ledger)
+    run = kernel.start_run()
+    arguments = {"path": "notes.txt", "text": "x"}
+    with pytest.raises(LedgerError):
+        await kernel.call(run, "file.write", arguments, tool_call_id="call_flaky")
+    assert not (workspace / "notes.txt").exists()  # not stored: not run
+    events = [e for e in ledger.events(run.id) if e.tool_call_id == "call_flaky"]
+    assert [e.type for e in events] == [
+        EventType.TOOL_CALL_REQUEST,
+        EventType.TOOL_CALL_STARTED,
+        EventType.TOOL_CALL_RESULT,
+    ]
+    assert events[-1].payload["result"]["errorCode"] == "INTERNAL_ERROR"
+    report = ledger.verify()
     assert report.ok
     assert report.unfinished == []

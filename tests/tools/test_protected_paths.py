@@ -219,19 +219,37 @@ def test_a_ledger_kept_in_the_workspace_is_out_of_every_tools_reach(
     assert kernel.ledger.verify().ok
 
 
-def test_a_ledger_file_in_the_workspace_root_is_hidden_but_the_workspace_is_not(tmp_path: Path):
+@pytest.mark.parametrize(
+    ("setting", "key"),
+    [('[ledger]\npath = "ledger.db"\n', "ledger.path"), ('state_dir = "."\n', "state_dir")],
+)
+def test_state_placed_where_it_cannot_be_protected_is_refused(tmp_path: Path, setting, key):
+    """A ledger in the workspace root (a command could plant its -journal) or the
+    workspace itself as the state directory (pins, artifacts) is a config error."""
+    from toolkernel.errors import ConfigError
+
     ws = tmp_path / "ws"
     ws.mkdir()
-    (ws / "app.py").write_text("print('hi')\n")
-    kernel = make_kernel(ws, DEVELOPER + '\n[ledger]\npath = "ledger.db"\n')
-    try:
-        run = kernel.start_run()
-        read = kernel.call_sync(run, "file.read", {"path": "ledger.db"})
-        assert str(read.error_code) == "FORBIDDEN_PATH"
-        shown = run_shell(kernel, "cat", "app.py")
-        assert shown.structured_output["stdout"]["head"] == "print('hi')\n"
-        peek = run_shell(kernel, "sh", "-c", "head -c 16 ledger.db; head -c 16 ledger.db-wal")
-        assert "SQLite" not in peek.structured_output["stdout"]["head"]  # /dev/null over them
-        assert (ws / "ledger.db").read_bytes().startswith(b"SQLite format 3")
-    finally:
-        kernel.close()
+    with pytest.raises(ConfigError, match=key):
+        make_kernel(ws, setting + DEVELOPER)
+    assert not (ws / "ledger.db").exists()
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "mkdir -p sub && echo '[policy]' > sub/toolkernel.toml",  # a new nested one
+        "mv vendor vendor2 && mkdir vendor && echo '[policy]' > vendor/toolkernel.toml",
+    ],
+    ids=["created", "replaced"],
+)
+def test_nested_policy_files_are_put_back_as_they_were(kernel, script):
+    """A runtime started in a subdirectory reads the toolkernel.toml there."""
+    ws = kernel.config.workspace
+    (ws / "vendor").mkdir()
+    (ws / "vendor" / "toolkernel.toml").write_text("# vendor policy\n")
+    result = run_shell(kernel, "sh", "-c", script)
+    assert str(result.error_code) == "POLICY_VIOLATION"
+    assert not (ws / "sub" / "toolkernel.toml").exists()
+    assert (ws / "vendor" / "toolkernel.toml").read_text() == "# vendor policy\n"
+    assert str(ws) not in result.safe_message

@@ -58,7 +58,7 @@ from toolkernel.sandbox import (
 )
 from toolkernel.state import state_paths
 from toolkernel.tools.commands import DEFAULT_COMMAND_POLICY, CommandPolicy
-from toolkernel.tools.planted import absent_policy_files, remove_planted_async
+from toolkernel.tools.planted import Planted, PolicySnapshot
 
 if TYPE_CHECKING:
     from toolkernel.pathguard import PathGuard
@@ -372,13 +372,19 @@ class Sandbox:
         staging = self.artifacts.staging_dir()
         out_dir = staging / "out"
         grace = min(TERM_GRACE_S, _RESERVE_FRACTION * self._call_timeout_s)
-        # A policy file that does not exist cannot be mounted read-only; one the
-        # command creates is removed when it ends (see toolkernel.tools.planted).
-        absent = absent_policy_files(kernel.policy_files, self.workspace) if self.writable else ()
+        # A policy file that does not exist cannot be mounted read-only, and a mounted
+        # one's directory can be moved aside: whatever the command did to any
+        # toolkernel.toml is undone when it ends (see toolkernel.tools.planted).
+        snapshot = (
+            PolicySnapshot.take(kernel.policy_files, self.workspace, views["read_only"])
+            if self.writable
+            else None
+        )
         try:
             result = await self._run(argv, spec, staging, out_dir, timeout, grace, label)
         except ToolFailed as failed:  # timed out or cancelled: the violation matters more
-            planted = await remove_planted_async(absent)
+            with anyio.CancelScope(shield=True):  # the call may be cancelled again meanwhile
+                planted = await self._restore(snapshot)
             if planted:
                 raise planted.violation(
                     "The command", self.workspace, output=failed.output, artifacts=failed.artifacts
@@ -386,14 +392,22 @@ class Sandbox:
             raise
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await remove_planted_async(absent)
+                await self._restore(snapshot)
             raise
-        planted = await remove_planted_async(absent)
+        planted = await self._restore(snapshot)
         if planted:
             raise planted.violation(
                 "The command", self.workspace, output=result.to_dict(), artifacts=result.artifacts
             )
         return result
+
+    async def _restore(self, snapshot: PolicySnapshot | None) -> Planted:
+        if snapshot is None:
+            return Planted()
+        rg = self.settings.rg
+        return await anyio.to_thread.run_sync(
+            lambda: snapshot.restore(_config_files(self.workspace, rg))
+        )
 
     async def _run(
         self,
@@ -675,6 +689,24 @@ def write_protected(config: Config, workspace: Path, rg: str | None = None) -> t
     if source is not None and source.is_relative_to(workspace) and source not in protected:
         protected.append(source)
     return tuple(protected)
+
+
+def _config_files(workspace: Path, rg: str | None) -> tuple[Path, ...]:
+    """Every ``toolkernel.toml`` in the workspace now (the runtime's state excluded)."""
+    from toolkernel.tools.search import find_rg  # search builds on this module
+
+    listing = subprocess.run(
+        [
+            find_rg(rg),
+            *("--files", "--hidden", "--no-ignore", "--no-config", "--null"),
+            *("--glob", f"**/{CONFIG_FILENAME}", "--glob", "!.toolkernel"),
+        ],
+        cwd=workspace,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    return tuple(workspace / os.fsdecode(raw) for raw in listing.stdout.split(b"\0") if raw)
 
 
 def _interpreter_prefixes() -> tuple[Path, ...]:

@@ -25,9 +25,16 @@ import anyio.to_thread
 
 from toolkernel.calls import ArtifactRef
 from toolkernel.codes import ErrorCode
+from toolkernel.config import CONFIG_FILENAME
 from toolkernel.errors import ToolFailed
 
-__all__ = ["Planted", "absent_policy_files", "remove_planted", "remove_planted_async"]
+__all__ = [
+    "Planted",
+    "PolicySnapshot",
+    "absent_policy_files",
+    "remove_planted",
+    "remove_planted_async",
+]
 
 _log = logging.getLogger(__name__)
 _OWNER_RWX = stat.S_IRUSR | stat.S_IWUSR | stat.S_IXUSR
@@ -54,13 +61,13 @@ class Planted:
         """The call's result: POLICY_VIOLATION, naming the files by workspace path."""
         names = ", ".join(sorted(p.relative_to(workspace).as_posix() for p in self.found))
         fate = (
-            "it could not be removed; remove it before starting toolkernel here again"
+            "it could not be undone; fix it before starting toolkernel here again"
             if self.left
-            else "it was removed"
+            else "it was undone"
         )
         return ToolFailed(
-            f"{who} created {names}, the runtime's own configuration, which no tool may "
-            f"write; {fate}. Do not create or change it.",
+            f"{who} created or changed {names}, the runtime's configuration, which no "
+            f"tool may write; {fate}. Do not create or change it.",
             code=ErrorCode.POLICY_VIOLATION,
             output=output,
             artifacts=artifacts,
@@ -101,6 +108,69 @@ async def remove_planted_async(absent: Sequence[Path]) -> Planted:
     if not absent:
         return Planted()
     return await anyio.to_thread.run_sync(remove_planted, absent)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySnapshot:
+    """Every policy file of a workspace before a writable command runs: the absent
+    ones (``None``) and the content of the existing ones, at any depth (a runtime
+    started in a subdirectory reads the ``toolkernel.toml`` there).
+
+    Existing files are mounted read-only, but a command can still move their directory
+    aside and put a new one in its place; ``restore`` undoes that too.
+    """
+
+    workspace: Path
+    files: dict[Path, bytes | None]
+
+    @classmethod
+    def take(
+        cls, policy_files: Iterable[Path], workspace: Path, existing: Iterable[Path]
+    ) -> PolicySnapshot:
+        files: dict[Path, bytes | None] = dict.fromkeys(
+            absent_policy_files(policy_files, workspace)
+        )
+        for path in existing:
+            if path.name == CONFIG_FILENAME and path.is_file() and not path.is_symlink():
+                with suppress(OSError):
+                    files[path] = path.read_bytes()
+        return cls(workspace, files)
+
+    def restore(self, now: Iterable[Path]) -> Planted:
+        """Put every policy file back as it was; ``now`` lists those there now.
+
+        New ones are removed, changed or replaced ones get their content back.
+        """
+        changed = [p for p in now if p not in self.files]
+        for path, content in self.files.items():
+            if content is None:
+                if os.path.lexists(path):
+                    changed.append(path)
+            elif path.is_symlink() or not path.is_file() or _read(path) != content:
+                changed.append(path)
+        if not changed:
+            return Planted()
+        found, left = [], []
+        for path in changed:
+            _log.warning("restoring %s, which a sandboxed process changed", path)
+            found.append(path)
+            removed = not os.path.lexists(path) or _remove(path)
+            content = self.files.get(path)
+            if removed and content is not None:
+                with suppress(OSError):
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_bytes(content)
+            if not removed or (content is not None and _read(path) != content):
+                _log.error("could not restore %s, which a sandboxed process changed", path)
+                left.append(path)
+        return Planted(tuple(found), tuple(left))
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
 
 
 def _remove(path: Path) -> bool:
