@@ -103,7 +103,11 @@ def _from_mapping(
         encoded = canonical_json(value)
     except UnicodeEncodeError:  # a lone surrogate: no UTF-8 form
         return ArgumentsRejected(ErrorCode.ARGUMENTS_INVALID_UTF8, {}, "")
-    except ValueError:  # NaN or Infinity (or a cycle)
+    except RecursionError:  # nested deeper than Python can walk
+        return ArgumentsRejected(ErrorCode.NESTING_TOO_DEEP, {"limit": max_depth}, "")
+    except ValueError as exc:  # NaN or Infinity, or a cycle (infinitely deep)
+        if "Circular reference" in str(exc):
+            return ArgumentsRejected(ErrorCode.NESTING_TOO_DEEP, {"limit": max_depth}, "")
         return ArgumentsRejected(ErrorCode.NON_FINITE_NUMBER, {}, "")
     except TypeError as exc:  # a value JSON cannot carry (a set, bytes, an object)
         detail = f"{_kind_of_unencodable(exc)} is not a JSON value"
@@ -112,7 +116,10 @@ def _from_mapping(
     if len(encoded) > max_bytes:
         return ArgumentsRejected(ErrorCode.ARGUMENTS_TOO_LARGE, {"limit": max_bytes}, raw_hash)
     # The depth cannot exceed the number of openers, which is cheap to count.
-    if encoded.count(b"{") + encoded.count(b"[") > max_depth and _depth(value) > max_depth:
+    if (
+        encoded.count(b"{") + encoded.count(b"[") > max_depth
+        and _depth(value, max_depth) > max_depth
+    ):
         return ArgumentsRejected(ErrorCode.NESTING_TOO_DEEP, {"limit": max_depth}, raw_hash)
     return ParsedArguments(value, raw_hash)
 
@@ -180,12 +187,20 @@ def _check_depth(text: str, max_depth: int) -> None:
             depth -= 1
 
 
-def _depth(value: Any, level: int = 0) -> int:
-    if isinstance(value, Mapping):
-        return max((_depth(v, level + 1) for v in value.values()), default=level + 1)
-    if isinstance(value, list | tuple):
-        return max((_depth(v, level + 1) for v in value), default=level + 1)
-    return level
+def _depth(value: Any, limit: int) -> int:
+    """The nesting depth of ``value``, counted no further than ``limit + 1``."""
+    deepest = 0
+    level: list[tuple[Any, int]] = [(value, 0)]
+    while level:
+        item, depth = level.pop()
+        if isinstance(item, Mapping | list | tuple):
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                break
+            children = item.values() if isinstance(item, Mapping) else item
+            level.extend((child, depth) for child in children)
+    return deepest
 
 
 def _where(exc: json.JSONDecodeError) -> str:

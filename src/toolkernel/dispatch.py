@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import anyio
 import anyio.to_thread
@@ -282,16 +282,29 @@ async def _attempt(
     except CancelledByRuntime as signal:
         return _from_code(signal.reason, tool=name)
     except Exception as exc:  # noqa: BLE001 - the isolation boundary around tool code
-        outcome = _from_code(
-            ErrorCode.TOOL_ERROR, tool=name, detail=f"the tool raised {type(exc).__name__}."
-        )
-        outcome.internal["traceback"] = traceback.format_exc()
-        return outcome
+        return _tool_error(name, exc)
+    except BaseException as exc:
+        # SystemExit (argparse, click) or a custom BaseException from tool code is the
+        # tool's failure, not the runtime's exit. A cancellation or Ctrl-C stays one.
+        if isinstance(exc, (*_STOPPING, anyio.get_cancelled_exc_class())):
+            raise
+        return _tool_error(name, exc)
     if isinstance(output, ToolOutput):
         return Outcome(
             Status.SUCCEEDED, message=output.summary, output=output.data, artifacts=output.artifacts
         )
     return Outcome(Status.SUCCEEDED, output=output)
+
+
+_STOPPING: Final = (KeyboardInterrupt, GeneratorExit)
+
+
+def _tool_error(name: str, exc: BaseException) -> Outcome:
+    outcome = _from_code(
+        ErrorCode.TOOL_ERROR, tool=name, detail=f"the tool raised {type(exc).__name__}."
+    )
+    outcome.internal["traceback"] = traceback.format_exc()
+    return outcome
 
 
 _STOPPED: Any = object()  # the deadline passed or the token cancelled the call

@@ -996,10 +996,17 @@ _TEXT_FIELDS: Final = (
 def _storable(call: ToolCall) -> ToolCall:
     """``call`` with every text field that has no UTF-8 form (a lone surrogate, e.g. from
     a non-UTF-8 command line) spelled with backslash escapes, so that its REQUEST can be
-    recorded; such a name then matches no tool and the call is refused as unknown."""
+    recorded; such a name then matches no tool and the call is refused as unknown.
+
+    Raises:
+        TypeError: a text field (an idempotency key, say) is not a string.
+    """
     changes = {}
     for name in _TEXT_FIELDS:
         text = getattr(call, name)
+        if text is not None and not isinstance(text, str):
+            # The caller's mistake, not the model's: nothing is recorded or run.
+            raise TypeError(f"ToolCall.{name} must be a string, not {type(text).__name__}")
         if isinstance(text, str) and not text.isascii():
             try:
                 text.encode("utf-8")

@@ -67,8 +67,15 @@ def validate(
     tool: RegisteredTool, arguments: Mapping[str, Any], guard: PathGuard
 ) -> ValidationResult:
     """Check ``arguments`` against the tool's schema, then its path fields."""
-    if not tool.validator.is_valid(arguments):
-        errors = tool.validator.errors(arguments, limit=1)
+    try:
+        valid = tool.validator.is_valid(arguments)
+        errors = [] if valid else tool.validator.errors(arguments, limit=1)
+    except (ValueError, TypeError):  # a mapping from code, with a key that is no string
+        rule = "every key must be a string"
+        return ValidationResult(
+            Violation(ErrorCode.SCHEMA_VIOLATION, "(arguments)", {"rule": rule})
+        )
+    if not valid:
         if errors:
             return ValidationResult(_violation_for(errors[0], tool))
         return ValidationResult(

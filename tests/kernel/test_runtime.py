@@ -524,3 +524,32 @@ async def test_a_failed_durable_write_is_retried_with_the_interrupted_result(
     report = ledger.verify()
     assert report.ok
     assert report.unfinished == []
+
+
+class _Weird(BaseException):
+    """Not an Exception: what some libraries raise to unwind."""
+
+
+async def test_a_tool_raising_systemexit_or_a_baseexception_fails_alone(kernel_factory):
+    """argparse or click in a tool raise SystemExit on arguments they dislike; the
+    runtime (an MCP server process) must not exit or lose its task group over it."""
+
+    @tool("odd.exit")
+    def exits() -> str:
+        """Exit."""
+        raise SystemExit(2)
+
+    @tool("odd.weird")
+    async def weird() -> str:
+        """Raise something that is not an Exception."""
+        raise _Weird
+
+    kernel = kernel_factory()
+    kernel.register(exits)
+    kernel.register(weird)
+    run = kernel.start_run()
+    for name in ("odd.exit", "odd.weird"):
+        result = await kernel.call(run, name, {})
+        assert (result.status, result.error_code) == (Status.FAILED, ErrorCode.TOOL_ERROR)
+    after = await kernel.call(run, "repo.lookup", {"query": "still here"})
+    assert after.status is Status.SUCCEEDED

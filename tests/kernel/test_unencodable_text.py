@@ -58,3 +58,38 @@ def test_a_run_id_that_is_not_a_plain_token_is_refused(kernel_factory, run_id):
 @pytest.mark.parametrize("run_id", ["run_1", "ci:build-42@main", "R.2026.11.30", "x" * 128])
 def test_plain_run_ids_are_accepted(kernel_factory, run_id):
     assert kernel_factory().start_run(run_id=run_id).id == run_id
+
+
+def test_a_non_string_idempotency_key_is_refused_before_anything_runs(kernel_factory, calls):
+    kernel = kernel_factory()
+    run = kernel.start_run()
+    with pytest.raises(TypeError, match="idempotency_key"):
+        kernel.call_sync(run, "repo.lookup", {"query": "x"}, idempotency_key={"a": 1})
+    assert calls.count == {}
+    assert kernel.ledger.verify().unfinished == []
+
+
+@pytest.mark.parametrize("arguments", [{1: "a"}, {"query": {1: "a"}}], ids=["top-level", "nested"])
+def test_a_mapping_with_a_key_that_is_not_a_string_is_a_schema_violation(kernel_factory, arguments):
+    kernel = kernel_factory()
+    run = kernel.start_run()
+    result = kernel.call_sync(run, "repo.lookup", arguments)
+    assert (result.status, result.error_code) == (
+        Status.INVALID_ARGUMENTS,
+        ErrorCode.SCHEMA_VIOLATION,
+    )
+
+
+def test_mappings_nested_too_deep_or_in_a_cycle_are_refused(kernel_factory):
+    kernel = kernel_factory()
+    run = kernel.start_run()
+    deep: dict = {}
+    inner = deep
+    for _ in range(900):  # past Python's recursion limit on the way down
+        inner["a"] = {}
+        inner = inner["a"]
+    looped: dict = {}
+    looped["self"] = looped
+    for arguments in (deep, looped):
+        result = kernel.call_sync(run, "repo.lookup", arguments)
+        assert result.error_code is ErrorCode.NESTING_TOO_DEEP

@@ -160,3 +160,23 @@ def test_the_fallback_message_names_both_ways_to_approve() -> None:
     assert '[[policy.rules]] tools = ["demo.tool"]' in advice
     assert "toolkernel call demo.tool" in advice
     assert "--approve" in advice
+
+
+@pytest.mark.parametrize(
+    ("action", "content", "approved"),
+    [
+        ("accept", {"approve": True}, True),
+        ("accept", {"approve": False}, False),
+        ("accept", {"approve": "no"}, False),  # not the form's boolean: fail closed
+        ("accept", {"approve": "yes"}, False),
+        ("accept", {}, False),
+        ("accept", None, False),
+        ("decline", {"approve": True}, False),
+        ("cancel", None, False),
+    ],
+)
+def test_only_an_accepted_true_approves(action: str, content: Any, approved: bool) -> None:
+    from toolkernel.mcp.gateway_approval import decide
+
+    answer = types.ElicitResult(action=action, content=content)  # type: ignore[arg-type]
+    assert decide(answer).approved is approved

@@ -407,6 +407,10 @@ def test_a_lone_surrogate_in_the_arguments_gets_an_answer(workspace: Path) -> No
         },
     ]
     sent = "".join(json.dumps(line) + "\n" for line in lines)  # ensure_ascii: "\\ud800"
+    # Nested past what the SDK's and Python's JSON readers take: once fatal to serve.
+    deep = "[" * 1000 + "]" * 1000
+    sent += f'{{"jsonrpc":"2.0","id":4,"method":"ping","params":{{"x":{deep}}}}}\n'
+    sent += '{"jsonrpc":"2.0","id":5,"method":"ping"}\n'
 
     async def exchange() -> dict[int, dict[str, Any]]:
         with anyio.fail_after(WAIT_S):
@@ -421,7 +425,7 @@ def test_a_lone_surrogate_in_the_arguments_gets_an_answer(workspace: Path) -> No
                     buffered += chunk
                     lines = buffered.split(b"\n")[:-1]  # whole lines only
                     answers = {m.get("id"): m for m in map(json.loads, lines) if "id" in m}
-                    if {2, 3} <= answers.keys():
+                    if {2, 3, 5} <= answers.keys():
                         await process.stdin.aclose()
                         return answers
         raise AssertionError("no answer to the calls")
@@ -430,3 +434,4 @@ def test_a_lone_surrogate_in_the_arguments_gets_an_answer(workspace: Path) -> No
     assert answers[2]["error"]["code"] == types.INVALID_REQUEST
     assert "could not be read" in answers[2]["error"]["message"]
     assert answers[3]["result"]["isError"] is False
+    assert "result" in answers[5]  # still serving after the line it could not read

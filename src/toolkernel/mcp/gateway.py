@@ -428,8 +428,8 @@ class _AnswerUnreadable(FilteredReadStream):
             _log.warning("answered request %r that could not be read: %s", request_id, item)
             error = types.ErrorData(
                 code=types.INVALID_REQUEST,
-                message="The request could not be read: it is not valid JSON text "
-                "(a lone surrogate escape such as \\ud800?). Send UTF-8 text.",
+                message="The request could not be read as JSON-RPC (a lone surrogate "
+                "escape such as \\ud800, or nesting too deep?).",
             )
             answer = types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
             await self._writer.send(SessionMessage(answer))
@@ -442,7 +442,7 @@ def _unreadable_request_id(item: object) -> str | int | None:
     raw = item.errors(include_url=False)[0].get("input")
     try:
         message = json.loads(raw) if isinstance(raw, str | bytes) else None
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON at all, or nested past Python's limit
         return None
     if not isinstance(message, dict) or "method" not in message:
         return None

@@ -139,7 +139,8 @@ class AnsweredApprover:
 
 
 def decide(answer: types.ElicitResult) -> ApprovalDecision:
-    """Accept approves (unless the form says ``approve: false``); anything else rejects."""
+    """Only an accepted form whose required ``approve`` field is ``true`` approves:
+    anything else (decline, cancel, no content, ``"no"``, a missing field) rejects."""
     content = answer.content or {}
-    approved = answer.action == "accept" and content.get("approve", True) is not False
+    approved = answer.action == "accept" and content.get("approve") is True
     return ApprovalDecision(approved, APPROVER_NAME, f"user answered {answer.action}")
