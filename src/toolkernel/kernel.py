@@ -413,7 +413,13 @@ class Kernel:
         arguments: str | bytes | Mapping[str, Any] | None = None,
         **fields: Any,
     ) -> ToolCallResult:
-        """``call`` for synchronous programs (starts an event loop per call)."""
+        """``call`` for synchronous programs (starts an event loop per call).
+
+        A run's concurrency gate belongs to one event loop at a time: threads that call
+        ``call_sync`` at the same time need a run each (``start_run`` per thread).
+        Likewise a tool must not call the kernel on its own run (it would wait for
+        itself); give a nested call a run of its own.
+        """
         return anyio.run(lambda: self.call(run, tool_name, arguments, **fields))
 
     def close(self) -> None:
