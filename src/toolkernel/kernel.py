@@ -40,7 +40,6 @@ from toolkernel.approval import ApprovalDecision, ApprovalRequest, Approver, ask
 from toolkernel.arguments import ArgumentsRejected, parse_arguments
 from toolkernel.artifacts import ArtifactStore
 from toolkernel.calls import (
-    RedactionNotice,
     ToolCallRequest,
     ToolCallResult,
     Usage,
@@ -56,7 +55,7 @@ from toolkernel.errors import ConfigError, DefinitionError, UsageError
 from toolkernel.exposure import select_exposed
 from toolkernel.functions import FunctionTool
 from toolkernel.ledger import EventType, GroupCommitLedger, Ledger, NewEvent, SqliteLedger
-from toolkernel.normalize import DEFAULT_CHAIN, Finishing, Processor
+from toolkernel.normalize import DEFAULT_CHAIN, Finishing, Processor, redaction_notices
 from toolkernel.pathguard import PathGuard
 from toolkernel.policy import Decision, authorize, rate_keys
 from toolkernel.providers.names import provider_name
@@ -125,15 +124,18 @@ class _Journal:
     pipeline allows: ``flush`` where something must be on disk before it happens (a
     human is asked, a call that can change things starts), and at the end."""
 
-    def __init__(self, ledger: Ledger, run_id: str) -> None:
+    def __init__(
+        self, ledger: Ledger, run_id: str, inflight: dict[tuple[str, str], _Inflight]
+    ) -> None:
         self._ledger = ledger
         self._run_id = run_id
         self._events: list[NewEvent] = []
         self.call_ids: list[str] = []  # the calls of this batch, for cleanup
         self._open: dict[str, Mapping[str, Any]] = {}  # REQUEST payload, no RESULT yet
-        # Idempotency keys this batch holds (duplicates wait on them): released with a
-        # result even when the batch is interrupted, or a later duplicate would hang.
-        self.held: list[tuple[dict[tuple[str, str], _Inflight], tuple[str, str], _Inflight]] = []
+        # The kernel's running idempotency keys, and those this batch holds (duplicates
+        # wait on them): released with a result even when the batch is interrupted.
+        self._inflight = inflight
+        self.held: list[tuple[ToolCallRequest, _Inflight]] = []
 
     def write(self, events: Iterable[NewEvent]) -> None:
         for event in events:
@@ -150,24 +152,26 @@ class _Journal:
         FAILED/INTERNAL_ERROR when the pipeline itself failed."""
         stopped = isinstance(exc, KeyboardInterrupt | anyio.get_cancelled_exc_class())
         code = ErrorCode.USER_CANCELLED if stopped else ErrorCode.INTERNAL_ERROR
-        for call_id, request in list(self._open.items()):
-            name = str(request.get("toolName", ""))
-            result = ToolCallResult.from_code(call_id, code, tool=name)
-            payload = {
-                "toolName": name,
-                "toolVersion": request.get("toolVersion"),
-                "argumentsHash": request.get("argumentsHash"),
-                "idempotencyKey": request.get("idempotencyKey"),
-                "result": result.to_dict(),
-                "internal": {"interrupted": type(exc).__name__},
-            }
+        for call_id, stored in list(self._open.items()):
+            request = ToolCallRequest(
+                call_id,
+                self._run_id,
+                str(stored.get("toolName", "")),
+                None,
+                str(stored.get("argumentsHash", "")),
+                tool_version=stored.get("toolVersion"),
+                idempotency_key=stored.get("idempotencyKey"),
+            )
+            result = ToolCallResult.from_code(call_id, code, tool=request.tool_name)
+            payload = _result_payload(request, result, request.tool_version)
+            payload["internal"] = {"interrupted": type(exc).__name__}
             self.write([NewEvent(EventType.TOOL_CALL_RESULT, payload, call_id)])
-        for inflight_map, key, entry in self.held:
+        for request, entry in self.held:
             if not entry.done.is_set():
-                call = "interrupted"
-                entry.result = ToolCallResult.from_code(call, code, tool=key[0])
-                inflight_map.pop(key, None)
-                entry.done.set()
+                result = ToolCallResult.from_code(
+                    request.tool_call_id, code, tool=request.tool_name
+                )
+                _settle(self._inflight, request, entry, result)
 
     def flush(self, *, durable: bool = False) -> None:
         """Hand the events to the ledger; with ``durable``, wait until they are stored."""
@@ -453,7 +457,7 @@ class Kernel:
             for call_id in named:  # never admitted: nothing of them is kept
                 run.finished(call_id)
             raise
-        journal = _Journal(self.ledger, run.id)
+        journal = _Journal(self.ledger, run.id, self._inflight)
         try:
             admissions = [await self._admit(run, call, journal, approver) for call in batch]
             outcomes: list[Outcome | ToolCallResult | None] = [None] * len(admissions)
@@ -792,7 +796,7 @@ class Kernel:
         counts: Counter[str] = Counter()
         message = self.redactor.redact_text(result.safe_message, counts)
         if counts:
-            notices = tuple(RedactionNotice(k, n, "safeMessage") for k, n in counts.items())
+            notices = tuple(redaction_notices(counts, "safeMessage"))
             result = result.with_(safe_message=message, redactions=notices)
         payload = _result_payload(request, result, request.tool_version)
         events.append(NewEvent(EventType.TOOL_CALL_RESULT, payload, request.tool_call_id))
@@ -852,7 +856,7 @@ class Kernel:
             return result
         entry = _Inflight(request.arguments_hash)
         self._inflight[(name, key)] = entry
-        journal.held.append((self._inflight, (name, key), entry))
+        journal.held.append((request, entry))
         return entry
 
     async def _approve(

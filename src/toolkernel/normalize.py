@@ -27,6 +27,7 @@ __all__ = [
     "artifactize",
     "normalize",
     "redact",
+    "redaction_notices",
     "shrink",
 ]
 
@@ -113,11 +114,11 @@ def redact(outcome: Outcome, fin: Finishing) -> Outcome:
     counts: Counter[str] = Counter()
     outcome.message = redactor.redact(outcome.message, counts)
     if counts:
-        fin.redactions.extend(_notices(counts, "safeMessage"))
+        fin.redactions.extend(redaction_notices(counts, "safeMessage"))
         counts = Counter()
     outcome.output = redactor.redact(outcome.output, counts)
     if counts:
-        fin.redactions.extend(_notices(counts, "structuredOutput"))
+        fin.redactions.extend(redaction_notices(counts, "structuredOutput"))
         fin.encoded = None
     if not fin.redactions:
         return outcome
@@ -133,7 +134,8 @@ def redact(outcome: Outcome, fin: Finishing) -> Outcome:
     return outcome
 
 
-def _notices(counts: Counter[str], where: str) -> list[RedactionNotice]:
+def redaction_notices(counts: Counter[str], where: str) -> list[RedactionNotice]:
+    """One notice per kind of redaction in ``counts``, found in ``where``."""
     return [RedactionNotice(kind, count, where) for kind, count in sorted(counts.items())]
 
 

@@ -304,19 +304,25 @@ def test_without_elicitation_approval_is_required_and_the_message_says_how(
     anyio.run(main)
 
 
+# initialize and initialized, as a client writes them by hand on stdin.
+RAW_HANDSHAKE: list[dict[str, Any]] = [
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"},
+        },
+    },
+    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+]
+
+
 def test_stdout_carries_only_json_rpc(workspace: Path) -> None:
     requests = [
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "raw", "version": "0"},
-            },
-        },
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        *RAW_HANDSHAKE,
         {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
         {
             "jsonrpc": "2.0",
@@ -382,17 +388,7 @@ def test_a_lone_surrogate_in_the_arguments_gets_an_answer(workspace: Path) -> No
     used to wait forever; it now gets an error answer (and later requests still do)."""
     params = stdio_params(workspace)
     lines = [
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "raw", "version": "1"},
-            },
-        },
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        *RAW_HANDSHAKE,
         {
             "jsonrpc": "2.0",
             "id": 2,

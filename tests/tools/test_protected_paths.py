@@ -148,7 +148,7 @@ def test_a_policy_file_planted_by_a_command_that_then_times_out_is_still_reporte
 
 
 def test_a_planted_tree_without_write_permission_is_removed(tmp_path: Path):
-    from toolkernel.tools.planted import _restore_owner_access, remove_planted
+    from toolkernel.tools.planted import PolicySnapshot, _restore_owner_access
 
     planted = tmp_path / "toolkernel.toml"
     (planted / "a" / "b").mkdir(parents=True)
@@ -159,7 +159,7 @@ def test_a_planted_tree_without_write_permission_is_removed(tmp_path: Path):
         _restore_owner_access(planted)  # what removal does after a permission error
         for directory in (tmp_path, planted, planted / "a", planted / "a" / "b"):
             assert directory.stat().st_mode & 0o700 == 0o700
-        outcome = remove_planted([planted])
+        outcome = PolicySnapshot({planted: None}).restore()
     finally:
         tmp_path.chmod(0o700)
     assert outcome.found == (planted,)

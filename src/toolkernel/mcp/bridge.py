@@ -55,7 +55,6 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mappin
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self, TextIO
 
@@ -74,7 +73,7 @@ from pydantic import ValidationError
 from toolkernel.artifacts import ArtifactStore
 from toolkernel.calls import ArtifactRef
 from toolkernel.canonical import sha256_of
-from toolkernel.codes import ErrorCode, safe_message
+from toolkernel.codes import ErrorCode, safe_field, safe_message
 from toolkernel.definition import ExecutionMode, ToolDefinition
 from toolkernel.dispatch import Invocation, ToolOutput
 from toolkernel.errors import DefinitionError, SandboxUnavailable, ToolFailed, ToolkernelError
@@ -86,7 +85,7 @@ from toolkernel.mcp.sandboxed import SANDBOX_ENV, sandboxed_argv
 from toolkernel.mcp.servers import ServerConfig
 from toolkernel.mcp.streams import FilteredReadStream
 from toolkernel.run import Run
-from toolkernel.tools.planted import absent_policy_files, remove_planted_async
+from toolkernel.tools.planted import PolicySnapshot
 
 if TYPE_CHECKING:  # the SDK's stream protocols, for annotations only (a private module)
     from mcp.client._transport import ReadStream, TransportStreams
@@ -513,12 +512,12 @@ class McpBridge:
         self._group: anyio.abc.TaskGroup | None = None
         # Policy files absent when the bridge opened: while a server with the
         # workspace writable runs, whatever appears there is removed (planted.py).
-        self._absent_policy: tuple[Path, ...] = ()
+        self._policy = PolicySnapshot({})
 
     async def __aenter__(self) -> Self:
         if any(config.sandbox == "workspace" for config in self.servers.values()):
-            self._absent_policy = absent_policy_files(
-                self.kernel.policy_files, self.kernel.guard.workspace
+            self._policy = PolicySnapshot.take(
+                self.kernel.policy_files, self.kernel.guard.workspace, existing=()
             )
         self._group = anyio.create_task_group()
         await self._group.__aenter__()
@@ -549,7 +548,7 @@ class McpBridge:
         # The body's own exception propagates as it is, not wrapped in a group.
         await self._group.__aexit__(None, None, None)
         with anyio.CancelScope(shield=True):  # the servers are gone: nothing recreates it
-            await remove_planted_async(self._absent_policy)
+            await self._policy.restore_async()
         return None
 
     # -- admission ------------------------------------------------------------------
@@ -721,15 +720,15 @@ class McpBridge:
         )
         # A server with the workspace writable cannot be given a read-only policy file
         # that does not exist; one it creates is removed, before or after a call of it.
-        watched = self._absent_policy if connection.config.sandbox == "workspace" else ()
-        planted = await remove_planted_async(watched)
+        watched = self._policy if connection.config.sandbox == "workspace" else PolicySnapshot({})
+        planted = await watched.restore_async()
         if planted:
             raise planted.violation(f"A server of {name}", self.kernel.guard.workspace)
         try:
             result = await self._send(name, client, connection, request, progress)
         finally:
             with anyio.CancelScope(shield=True):
-                planted = await remove_planted_async(watched)
+                planted = await watched.restore_async()
         if planted:
             raise planted.violation(name, self.kernel.guard.workspace)
         return _to_output(
@@ -805,7 +804,7 @@ def _start_failure(config: ServerConfig, exc: BaseException) -> str:
         if exc.code == types.CONNECTION_CLOSED:
             ended = "the connection closed" if config.url else "it exited or closed its stdout"
             return f"{ended} before it answered initialize"
-        error = f"it answered initialize with an error: {_clip(exc.message)}"
+        error = f"it answered initialize with an error: {_shown(exc.message)}"
         if exc.code == types.METHOD_NOT_FOUND:
             return f"it is not an MCP server ({error})"
         return f"{error} (code {exc.code})"
@@ -816,7 +815,7 @@ def _start_failure(config: ServerConfig, exc: BaseException) -> str:
         return f"could not connect to URL {config.describe()} ({_network_problem(cause)})"
     if isinstance(exc, ToolkernelError):
         return str(exc)[:300] or type(exc).__name__
-    detail = _clip(str(exc))
+    detail = _shown(str(exc))
     return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
 
 
@@ -853,7 +852,7 @@ def _network_problem(error: OSError) -> str:
         return "connection refused"
     if isinstance(error, socket.gaierror):
         return "host not found"
-    return _clip(error.strerror or str(error)) or type(error).__name__
+    return _shown(error.strerror or str(error)) or type(error).__name__
 
 
 def _listing_failure(config: ServerConfig, exc: Exception) -> str:
@@ -862,14 +861,8 @@ def _listing_failure(config: ServerConfig, exc: Exception) -> str:
     if isinstance(exc, MCPError):
         if exc.code == types.CONNECTION_CLOSED:
             return "the connection closed"
-        return f"it answered with an error: {_clip(exc.message)} (code {exc.code})"
+        return f"it answered with an error: {_shown(exc.message)} (code {exc.code})"
     return "it sent a malformed tools/list result"
-
-
-def _clip(text: str, limit: int = 200) -> str:
-    """Text from a server, cut and made safe to print on a terminal."""
-    clipped = "".join(c if c.isprintable() else "?" for c in text[:limit])
-    return clipped + "…" if len(text) > limit else clipped
 
 
 def _remote_failure(tool: str, detail: str, retryable: bool) -> ToolFailed:
@@ -946,3 +939,8 @@ def _content_item(
     if isinstance(block, types.ResourceLink):
         return {"type": "resource_link", "uri": str(block.uri), "name": block.name}
     return {"type": str(getattr(block, "type", "unknown")), "note": "content type not bridged"}
+
+
+def _shown(text: str) -> str:
+    """Text from a server, cut and made safe to print on a terminal."""
+    return safe_field(text, 200)

@@ -580,34 +580,14 @@ def protected_paths(
     still open them by name, so they are masked in its view of the workspace.
     Listing is ripgrep's (fast, parallel); the kernel's own globs decide.
     """
-    from toolkernel.tools.search import find_rg  # search builds on this module
-
     workspace = guard.workspace
     hidden = list(state_paths(config))  # the sandbox skips those that do not exist
     if not with_forbidden_files:
         return tuple(hidden)
-    listing = subprocess.run(
-        [
-            find_rg(rg),
-            "--files",
-            "--hidden",
-            "--no-ignore",
-            "--no-config",
-            "--null",
-            "--glob",
-            "!.git",
-            "--glob",
-            "!.toolkernel",
-        ],
-        cwd=workspace,
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
+    listing = _rg_files(workspace, rg, "!.git", "!.toolkernel")
     state_dirs = [path for path in hidden if path.is_dir()]
-    for raw in listing.stdout.split(b"\0"):
-        relative = os.fsdecode(raw)
-        if relative and guard.is_forbidden(relative):
+    for relative in listing:
+        if guard.is_forbidden(relative):
             path = workspace / relative
             if not any(path.is_relative_to(d) for d in state_dirs):  # hidden whole already
                 hidden.append(path)
@@ -654,30 +634,11 @@ def write_protected(config: Config, workspace: Path, rg: str | None = None) -> t
     repository's ``.git`` (hooks and config run later, on the host), every
     ``toolkernel.toml`` and the runtime's own configuration file when it lies in the
     workspace."""
-    from toolkernel.tools.search import find_rg  # search builds on this module
-
-    listing = subprocess.run(
-        [
-            find_rg(rg),
-            *("--files", "--hidden", "--no-ignore", "--no-config", "--null"),
-            *(
-                "--glob",
-                "**/.git/HEAD",
-                "--glob",
-                f"**/{CONFIG_FILENAME}",
-                "--glob",
-                "!.toolkernel",
-            ),
-        ],
-        cwd=workspace,
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
+    listing = _rg_files(workspace, rg, "**/.git/HEAD", f"**/{CONFIG_FILENAME}", "!.toolkernel")
     protected = []
-    for raw in listing.stdout.split(b"\0"):
-        found = workspace / os.fsdecode(raw)
-        if not raw or found.parent.is_symlink():
+    for relative in listing:
+        found = workspace / relative
+        if found.parent.is_symlink():
             continue
         # A repository's .git (from its HEAD), or a configuration file at any depth:
         # a runtime started in that directory would read it as its policy.
@@ -693,20 +654,29 @@ def write_protected(config: Config, workspace: Path, rg: str | None = None) -> t
 
 def _config_files(workspace: Path, rg: str | None) -> tuple[Path, ...]:
     """Every ``toolkernel.toml`` in the workspace now (the runtime's state excluded)."""
+    return tuple(
+        workspace / name
+        for name in _rg_files(workspace, rg, f"**/{CONFIG_FILENAME}", "!.toolkernel")
+    )
+
+
+def _rg_files(workspace: Path, rg: str | None, *globs: str) -> list[str]:
+    """The workspace-relative names of the files ripgrep lists under ``globs``: hidden
+    and ignored ones too, since what a process could open is what counts."""
     from toolkernel.tools.search import find_rg  # search builds on this module
 
     listing = subprocess.run(
         [
             find_rg(rg),
             *("--files", "--hidden", "--no-ignore", "--no-config", "--null"),
-            *("--glob", f"**/{CONFIG_FILENAME}", "--glob", "!.toolkernel"),
+            *(arg for glob in globs for arg in ("--glob", glob)),
         ],
         cwd=workspace,
         capture_output=True,
         timeout=60,
         check=False,
     )
-    return tuple(workspace / os.fsdecode(raw) for raw in listing.stdout.split(b"\0") if raw)
+    return [os.fsdecode(raw) for raw in listing.stdout.split(b"\0") if raw]
 
 
 def _interpreter_prefixes() -> tuple[Path, ...]:

@@ -4,10 +4,10 @@ A writable sandbox mounts the runtime's configuration file read-only, so nothing
 it can change the policy. A file that does not exist cannot be mounted, though: a
 command (``shell.run``) or a workspace-writable MCP server could create
 ``toolkernel.toml`` in the workspace, and the next runtime started there would read
-it as its policy. So whoever runs such a process notes which policy files are absent
-before it runs (``absent_policy_files``) and, when it is done, removes whatever now
-stands there (``remove_planted``), whatever its kind (file, directory tree, symlink,
-FIFO) and even when the process took away the owner's write permission on the way.
+it as its policy. So whoever runs such a process takes a ``PolicySnapshot`` before
+it runs and restores it when it is done: whatever now stands where a file was absent
+is removed, whatever its kind (file, directory tree, symlink, FIFO), and even when
+the process took away the owner's write permission on the way.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import logging
 import os
 import shutil
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,13 +28,7 @@ from toolkernel.codes import ErrorCode
 from toolkernel.config import CONFIG_FILENAME
 from toolkernel.errors import ToolFailed
 
-__all__ = [
-    "Planted",
-    "PolicySnapshot",
-    "absent_policy_files",
-    "remove_planted",
-    "remove_planted_async",
-]
+__all__ = ["Planted", "PolicySnapshot", "absent_policy_files"]
 
 _log = logging.getLogger(__name__)
 _OWNER_RWX = stat.S_IRUSR | stat.S_IWUSR | stat.S_IXUSR
@@ -83,33 +77,6 @@ def absent_policy_files(policy_files: Iterable[Path], workspace: Path) -> tuple[
     )
 
 
-def remove_planted(absent: Sequence[Path]) -> Planted:
-    """Remove whatever now stands where the ``absent`` files were.
-
-    Call it once the process that could create them is gone, so nothing recreates
-    them. Never raises: what cannot be removed is reported in ``Planted.left`` (and
-    logged as an error).
-    """
-    found = []
-    left = []
-    for path in absent:
-        if not os.path.lexists(path):
-            continue
-        found.append(path)
-        _log.warning("removing %s, which a sandboxed process created", path)
-        if not _remove(path):
-            _log.error("could not remove %s, which a sandboxed process created", path)
-            left.append(path)
-    return Planted(tuple(found), tuple(left))
-
-
-async def remove_planted_async(absent: Sequence[Path]) -> Planted:
-    """``remove_planted`` in a worker thread (a planted tree can be large)."""
-    if not absent:
-        return Planted()
-    return await anyio.to_thread.run_sync(remove_planted, absent)
-
-
 @dataclass(frozen=True, slots=True)
 class PolicySnapshot:
     """Every policy file of a workspace before a writable command runs: the absent
@@ -120,7 +87,6 @@ class PolicySnapshot:
     aside and put a new one in its place; ``restore`` undoes that too.
     """
 
-    workspace: Path
     files: dict[Path, bytes | None]
 
     @classmethod
@@ -134,12 +100,14 @@ class PolicySnapshot:
             if path.name == CONFIG_FILENAME and path.is_file() and not path.is_symlink():
                 with suppress(OSError):
                     files[path] = path.read_bytes()
-        return cls(workspace, files)
+        return cls(files)
 
-    def restore(self, now: Iterable[Path]) -> Planted:
+    def restore(self, now: Iterable[Path] = ()) -> Planted:
         """Put every policy file back as it was; ``now`` lists those there now.
 
-        New ones are removed, changed or replaced ones get their content back.
+        New ones are removed, changed or replaced ones get their content back. Call it
+        once the process that could change them is gone, so nothing redoes it. Never
+        raises: what cannot be undone is in ``Planted.left`` (and logged as an error).
         """
         changed = [p for p in now if p not in self.files]
         for path, content in self.files.items():
@@ -164,6 +132,13 @@ class PolicySnapshot:
                 _log.error("could not restore %s, which a sandboxed process changed", path)
                 left.append(path)
         return Planted(tuple(found), tuple(left))
+
+    async def restore_async(self) -> Planted:
+        """``restore`` of the snapshot's own files, in a worker thread (a planted tree
+        can be large)."""
+        if not self.files:
+            return Planted()
+        return await anyio.to_thread.run_sync(self.restore)
 
 
 def _read(path: Path) -> bytes | None:

@@ -82,7 +82,9 @@ async def repo_search(
     )
     result = await sandbox.run(argv, label="rg --json")
     # Exit 2 with output means some files could not be read; the matches still count.
-    if result.exit_code not in (0, 1) and (result.stdout.size == 0 or _regex_error(result)):
+    if result.exit_code not in (0, 1) and (
+        result.stdout.size == 0 or _refused_pattern(result) is not None
+    ):
         raise _rg_failed(result)
     guard = ctx.kernel.guard if ctx.kernel else None
     matches: list[dict[str, Any]] = []
@@ -220,34 +222,24 @@ def _summary_text(query: str, total: int, files: int, shown: int, truncated: boo
     return text
 
 
-def _regex_error(result: CommandResult) -> bool:
-    return "regex parse error" in result.stderr.head or _glob_error(result)
-
-
-def _glob_error(result: CommandResult) -> bool:
-    return "error parsing glob" in result.stderr.head
+def _refused_pattern(result: CommandResult) -> tuple[str, str] | None:
+    """The argument ripgrep refused as a pattern, and how to fix it, if it refused one."""
+    if "error parsing glob" in result.stderr.head:
+        return (
+            "pathGlobs",
+            "a glob is not valid (an unclosed '{' or '['?); escape a literal one as '[{]'",
+        )
+    if "regex parse error" in result.stderr.head:
+        return "query", "not a valid regular expression; set fixedString to true for literal text"
+    return None
 
 
 def _rg_failed(result: CommandResult) -> ToolFailed:
-    if _glob_error(result):
+    refused = _refused_pattern(result)
+    if refused is not None:
+        prop, rule = refused
         return ToolFailed(
-            safe_message(
-                ErrorCode.SCHEMA_VIOLATION,
-                property="pathGlobs",
-                tool=_NAME,
-                rule="a glob is not valid (an unclosed '{' or '['?); escape a literal one as '[{]'",
-            ),
-            code=ErrorCode.SCHEMA_VIOLATION,
-            output=result.to_dict(),
-        )
-    if _regex_error(result):
-        return ToolFailed(
-            safe_message(
-                ErrorCode.SCHEMA_VIOLATION,
-                property="query",
-                tool=_NAME,
-                rule="not a valid regular expression; set fixedString to true for literal text",
-            ),
+            safe_message(ErrorCode.SCHEMA_VIOLATION, property=prop, tool=_NAME, rule=rule),
             code=ErrorCode.SCHEMA_VIOLATION,
             output=result.to_dict(),
         )
