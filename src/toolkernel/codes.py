@@ -40,6 +40,7 @@ class ErrorCode(StrEnum):
     ARGUMENTS_NOT_OBJECT = "ARGUMENTS_NOT_OBJECT"
     ARGUMENTS_INVALID_UTF8 = "ARGUMENTS_INVALID_UTF8"
     DUPLICATE_KEY = "DUPLICATE_KEY"
+    DUPLICATE_CALL_ID = "DUPLICATE_CALL_ID"
     NON_FINITE_NUMBER = "NON_FINITE_NUMBER"
     NUMBER_TOO_LARGE = "NUMBER_TOO_LARGE"
     NESTING_TOO_DEEP = "NESTING_TOO_DEEP"
@@ -139,6 +140,11 @@ CATALOG: Final[dict[ErrorCode, CodeInfo]] = {
     ),
     ErrorCode.DUPLICATE_KEY: CodeInfo(
         _IA, False, "The arguments for {tool} repeat the key '{key}'. Send each key once."
+    ),
+    ErrorCode.DUPLICATE_CALL_ID: CodeInfo(
+        _IA,
+        False,
+        "Another call with the id '{id}' is still open in this run. Give each call its own id.",
     ),
     ErrorCode.NON_FINITE_NUMBER: CodeInfo(
         _IA,

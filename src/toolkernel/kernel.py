@@ -131,7 +131,9 @@ class _Journal:
         self._run_id = run_id
         self._events: list[NewEvent] = []
         self.call_ids: list[str] = []  # the calls of this batch, for cleanup
-        self._open: dict[str, Mapping[str, Any]] = {}  # REQUEST payload, no RESULT yet
+        # REQUEST payloads without a RESULT yet. A RESULT closes the latest REQUEST of its
+        # id: only a refused repeat shares an open id, and its RESULT follows at once.
+        self._open: dict[str, list[Mapping[str, Any]]] = {}
         # The kernel's running idempotency keys, and those this batch holds (duplicates
         # wait on them): released with a result even when the batch is interrupted.
         self._inflight = inflight
@@ -140,9 +142,11 @@ class _Journal:
     def write(self, events: Iterable[NewEvent]) -> None:
         for event in events:
             if event.type is EventType.TOOL_CALL_REQUEST and event.tool_call_id:
-                self._open[event.tool_call_id] = event.payload
+                self._open.setdefault(event.tool_call_id, []).append(event.payload)
             elif event.type is EventType.TOOL_CALL_RESULT and event.tool_call_id:
-                self._open.pop(event.tool_call_id, None)
+                stored = self._open.get(event.tool_call_id)
+                if stored:
+                    stored.pop()
             self._events.append(event)
 
     def conclude_interrupted(self, exc: BaseException) -> None:
@@ -152,7 +156,8 @@ class _Journal:
         FAILED/INTERNAL_ERROR when the pipeline itself failed."""
         stopped = isinstance(exc, KeyboardInterrupt | anyio.get_cancelled_exc_class())
         code = ErrorCode.USER_CANCELLED if stopped else ErrorCode.INTERNAL_ERROR
-        for call_id, stored in list(self._open.items()):
+        unfinished = [(i, p) for i, payloads in self._open.items() for p in payloads]
+        for call_id, stored in unfinished:
             request = ToolCallRequest(
                 call_id,
                 self._run_id,
@@ -448,9 +453,18 @@ class Kernel:
         on_progress: ProgressListener | None,
         approver: Approver | None = None,
     ) -> list[ToolCallResult]:
-        named = [call.tool_call_id for call in batch if call.tool_call_id]
-        for call_id in named:
-            run.proposed(call_id)  # cancellable while it waits its turn
+        # An id already open in the run would make its calls indistinguishable (in the
+        # ledger, to cancel_call): a repeat is refused, the first keeps the id.
+        named: list[str] = []
+        repeated: set[int] = set()
+        for index, call in enumerate(batch):
+            if call.tool_call_id and (
+                call.tool_call_id in named or run.has_call(call.tool_call_id)
+            ):
+                repeated.add(index)
+            elif call.tool_call_id:
+                named.append(call.tool_call_id)
+                run.proposed(call.tool_call_id)  # cancellable while it waits its turn
         try:
             await run.gate.acquire(exclusive)
         except BaseException:
@@ -459,7 +473,12 @@ class Kernel:
             raise
         journal = _Journal(self.ledger, run.id, self._inflight)
         try:
-            admissions = [await self._admit(run, call, journal, approver) for call in batch]
+            admissions = [
+                self._refuse_repeated_id(run, call, journal)
+                if index in repeated
+                else await self._admit(run, call, journal, approver)
+                for index, call in enumerate(batch)
+            ]
             outcomes: list[Outcome | ToolCallResult | None] = [None] * len(admissions)
 
             async def execute(index: int, admitted: _Admitted | _Duplicate) -> None:
@@ -509,21 +528,7 @@ class Kernel:
     ) -> _Admission:
         """REQUEST → lookup → parse → validate → idempotency → authorize → approval → STARTED."""
         received_ns = time.time_ns()
-        call = _storable(call)
-        parsed = parse_arguments(call.arguments, max_bytes=self.config.max_argument_bytes)
-        rejected = parsed if isinstance(parsed, ArgumentsRejected) else None
-        request = ToolCallRequest(
-            tool_call_id=call.tool_call_id or new_id("call"),
-            run_id=run.id,
-            tool_name=call.tool_name,
-            arguments=None if rejected else parsed.value,  # type: ignore[union-attr]
-            arguments_hash=parsed.hash,
-            tool_version=call.version,
-            step_id=call.step_id,
-            idempotency_key=call.idempotency_key,
-            requested_by=call.requested_by,
-            trace_context=call.trace_context,
-        )
+        request, rejected = self._request(run, call)
         events = [NewEvent(EventType.TOOL_CALL_REQUEST, request.to_dict(), request.tool_call_id)]
         self._received[request.tool_call_id] = received_ns
         journal.call_ids.append(request.tool_call_id)
@@ -806,12 +811,58 @@ class Kernel:
         return result
 
     def _finished(
-        self, request: ToolCallRequest, result: ToolCallResult, version: str | None
+        self,
+        request: ToolCallRequest,
+        result: ToolCallResult,
+        version: str | None,
+        received_ns: int | None = None,
     ) -> None:
         """The call is over: emit its trace span (a no-op without OpenTelemetry)."""
-        received_ns = self._received.pop(request.tool_call_id, None)
+        if received_ns is None:
+            received_ns = self._received.pop(request.tool_call_id, None)
         if _TRACE is not None and received_ns is not None:
             _TRACE(request, result, version, received_ns, time.time_ns())
+
+    def _request(
+        self, run: Run, call: ToolCall
+    ) -> tuple[ToolCallRequest, ArgumentsRejected | None]:
+        """The call as the ledger records it, and why its arguments are unusable, if so."""
+        call = _storable(call)
+        parsed = parse_arguments(call.arguments, max_bytes=self.config.max_argument_bytes)
+        rejected = parsed if isinstance(parsed, ArgumentsRejected) else None
+        request = ToolCallRequest(
+            tool_call_id=call.tool_call_id or new_id("call"),
+            run_id=run.id,
+            tool_name=call.tool_name,
+            arguments=None if rejected else parsed.value,  # type: ignore[union-attr]
+            arguments_hash=parsed.hash,
+            tool_version=call.version,
+            step_id=call.step_id,
+            idempotency_key=call.idempotency_key,
+            requested_by=call.requested_by,
+            trace_context=call.trace_context,
+        )
+        return request, rejected
+
+    def _refuse_repeated_id(self, run: Run, call: ToolCall, journal: _Journal) -> ToolCallResult:
+        """REQUEST and INVALID_ARGUMENTS/DUPLICATE_CALL_ID for a call whose id is open in
+        the run. It touches nothing kept under that id, which belongs to the open call."""
+        received_ns = time.time_ns()
+        request, _ = self._request(run, call)
+        result = ToolCallResult.from_code(
+            request.tool_call_id,
+            ErrorCode.DUPLICATE_CALL_ID,
+            id=safe_field(request.tool_call_id),
+        )
+        payload = _result_payload(request, result, request.tool_version)
+        journal.write(
+            [
+                NewEvent(EventType.TOOL_CALL_REQUEST, request.to_dict(), request.tool_call_id),
+                NewEvent(EventType.TOOL_CALL_RESULT, payload, request.tool_call_id),
+            ]
+        )
+        self._finished(request, result, request.tool_version, received_ns)
+        return result
 
     def _share(
         self, dup: _Duplicate, shared: ToolCallResult | None, journal: _Journal

@@ -44,33 +44,41 @@ class Exchange:
 
 
 def exchanges(ledger: Ledger, run_id: str) -> list[Exchange]:
-    """Every completed call of the run, in the order the ledger recorded the requests."""
-    requests: dict[str, dict[str, Any]] = {}
-    started: set[str] = set()
-    order: list[str] = []
-    results: dict[str, ToolCallResult] = {}
+    """Every completed call of the run, in the order the ledger recorded the requests.
+
+    Calls may share a tool-call id (providers reuse ids across turns). The kernel
+    refuses a call whose id is still open, with a RESULT right after its REQUEST, so a
+    later event belongs to the latest open REQUEST of its id.
+    """
+    requests: list[dict[str, Any]] = []
+    started: set[int] = set()
+    results: dict[int, ToolCallResult] = {}
+    open_calls: dict[str, list[int]] = defaultdict(list)
     for event in ledger.events(run_id):
         call_id = event.tool_call_id
         if call_id is None:
             continue
         if event.type is EventType.TOOL_CALL_REQUEST:
-            requests[call_id] = event.payload
-            order.append(call_id)
+            open_calls[call_id].append(len(requests))
+            requests.append(event.payload)
+        elif not open_calls[call_id]:
+            continue  # an event of no recorded request: the chain check reports it
         elif event.type is EventType.TOOL_CALL_STARTED:
-            started.add(call_id)
+            started.add(open_calls[call_id][-1])
         elif event.type is EventType.TOOL_CALL_RESULT:
-            results[call_id] = ToolCallResult.from_dict(event.payload["result"])
+            index = open_calls[call_id].pop()
+            results[index] = ToolCallResult.from_dict(event.payload["result"])
     return [
         Exchange(
-            tool_call_id=call_id,
-            tool_name=str(requests[call_id]["toolName"]),
-            arguments=requests[call_id].get("arguments"),
-            arguments_hash=str(requests[call_id]["argumentsHash"]),
-            dispatched=call_id in started,
-            result=results[call_id],
+            tool_call_id=str(request["toolCallId"]),
+            tool_name=str(request["toolName"]),
+            arguments=request.get("arguments"),
+            arguments_hash=str(request["argumentsHash"]),
+            dispatched=index in started,
+            result=results[index],
         )
-        for call_id in order
-        if call_id in results
+        for index, request in enumerate(requests)
+        if index in results
     ]
 
 

@@ -100,6 +100,10 @@ class Run:
             return True
         return False
 
+    def has_call(self, tool_call_id: str) -> bool:
+        """Whether a call with this id is proposed or running and not yet finished."""
+        return tool_call_id in self._waiting or tool_call_id in self.calls
+
     def proposed(self, tool_call_id: str) -> None:
         """The kernel has the call (from now ``cancel_call`` reaches it)."""
         self._waiting.setdefault(tool_call_id, None)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import anyio
 import pytest
 
-from toolkernel.codes import Status
+from toolkernel.codes import ErrorCode, Status
 from toolkernel.context import ToolContext
 from toolkernel.functions import tool
 from toolkernel.kernel import Kernel
@@ -100,3 +101,70 @@ async def test_replay_serves_recorded_results_without_running_tools(
     unrecorded = await replayer.call(replay_run, "repo.lookup", {"query": "never"})
     assert unrecorded.status is Status.FAILED
     assert calls.count == {"repo.lookup": 1}
+
+
+async def test_replay_keeps_calls_that_share_a_tool_call_id_apart(kernel_factory):
+    # Providers reuse ids across turns (and a model can repeat one in a turn): each
+    # REQUEST pairs with its own RESULT, in ledger order, and none is lost.
+    kernel = kernel_factory()
+    run = kernel.start_run()
+    first = await kernel.call(run, "repo.lookup", {"query": "a"}, tool_call_id="same")
+    turn = await kernel.call_many(
+        run,
+        [
+            ToolCall("repo.lookup", {"query": "b"}, tool_call_id="same"),
+            ToolCall("repo.lookup", {"query": "c", "extra": 1}, tool_call_id="same"),
+        ],
+    )
+    # Reused after the first finished: fine. Repeated while open: refused, the open
+    # call keeps the id.
+    assert [r.status for r in (first, *turn)] == [Status.SUCCEEDED] * 2 + [Status.INVALID_ARGUMENTS]
+    assert turn[1].error_code is ErrorCode.DUPLICATE_CALL_ID
+    assert "'same'" in turn[1].safe_message
+    rebuilt = exchanges(kernel.ledger, run.id)
+    assert [x.arguments for x in rebuilt] == [
+        {"query": "a"},
+        {"query": "b"},
+        {"query": "c", "extra": 1},
+    ]
+    assert [x.dispatched for x in rebuilt] == [True, True, False]
+    assert [x.result.projection() for x in rebuilt] == [r.projection() for r in [first, *turn]]
+
+
+async def test_a_call_reusing_the_id_of_a_running_call_is_refused_and_the_first_runs_on(
+    kernel_factory,
+):
+    release = anyio.Event()
+
+    @tool("job.wait", idempotent=True)
+    async def wait() -> str:
+        """Wait until released."""
+        await release.wait()
+        return "released"
+
+    kernel = kernel_factory()
+    kernel.register(wait)
+    run = kernel.start_run()
+    results = {}
+
+    async def first() -> None:
+        results["first"] = await kernel.call(run, "job.wait", {}, tool_call_id="x")
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(first)
+        while not run.has_call("x"):
+            await anyio.sleep(0.001)
+        results["second"] = await kernel.call(run, "repo.lookup", {"query": "a"}, tool_call_id="x")
+        assert run.has_call("x")  # the refusal did not forget the running call
+        assert run.cancel_call("x")
+    assert results["second"].error_code is ErrorCode.DUPLICATE_CALL_ID
+    assert results["first"].status is Status.CANCELLED
+    rebuilt = exchanges(kernel.ledger, run.id)
+    # In the order the ledger recorded them: the read-only call's REQUEST went to the
+    # ledger with its RESULT, after the refusal.
+    assert sorted((x.tool_name, x.result.status) for x in rebuilt) == [
+        ("job.wait", Status.CANCELLED),
+        ("repo.lookup", Status.INVALID_ARGUMENTS),
+    ]
+    report = kernel.ledger.verify()
+    assert report.ok
