@@ -7,14 +7,22 @@ import logging
 import shutil
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
 import pytest
-from fixtures.bridge_support import FIXTURE_SERVER, fixture_server, free_port, open_kernel
+from fixtures.bridge_support import (
+    FIXTURE_SERVER,
+    events_of,
+    fixture_server,
+    free_port,
+    open_kernel,
+)
 
 from toolkernel.cli import main as cli_main
 from toolkernel.codes import ErrorCode, Status
+from toolkernel.ledger import EventType
 from toolkernel.mcp import McpBridge, ServerConfig, ServerUnavailable, inspect_server
 
 pytestmark = pytest.mark.anyio
@@ -92,6 +100,36 @@ async def test_a_server_that_never_answers_is_given_up_after_its_timeout(workspa
         == "MCP server slow could not be started: it did not answer initialize within 1 s"
     )
     assert up.connected
+
+
+# Answers nothing and exits when its stdin closes: a failed start ends at its timeout,
+# with no grace period for the process to go.
+MUTE = (sys.executable, "-c", "import sys; sys.stdin.read()")
+
+
+async def test_servers_start_together_and_are_admitted_in_the_configured_order(workspace):
+    mute = [ServerConfig(name=f"mute{n}", command=MUTE, start_timeout_ms=3000) for n in (1, 2)]
+    late = fixture_server("late", tools=frozenset({"echo"}))
+    late = replace(late, command=("sh", "-c", 'sleep 1; exec "$0" "$@"', *late.command))
+    early = fixture_server("early", tools=frozenset({"echo"}))
+    kernel = open_kernel(workspace)
+    with anyio.fail_after(30):
+        async with McpBridge(kernel, [mute[0], late, early, mute[1]]) as bridge:
+            began = anyio.current_time()
+            reports = await bridge.connect_all()
+            took = anyio.current_time() - began
+    # One after the other, the two mute servers alone would take the sum of their
+    # start timeouts; together they take one. A bound, not a measure of speed.
+    assert took < 2 * 3
+    assert [(r.server, r.connected) for r in reports] == [
+        ("mute1", False),
+        ("late", True),
+        ("early", True),
+        ("mute2", False),
+    ]
+    rejected = [e.payload["server"] for e in events_of(kernel, EventType.REMOTE_TOOL_REJECTED)]
+    assert rejected == sorted(rejected, key=["late", "early"].index)  # late's first
+    assert {"late", "early"} <= set(rejected)
 
 
 def test_a_start_is_bounded_by_the_call_timeout_but_never_below_ten_seconds():

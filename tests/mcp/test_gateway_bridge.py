@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,45 @@ def test_clients_are_told_when_a_bridged_server_changes_its_tools(tmp_path: Path
         assert "fx.echo" in after
 
     anyio.run(main)
+
+
+START_TIMEOUT_MS = 8000
+HANGING_SERVER = f"""
+[[mcp.servers]]
+name = "NAME"
+command = ["{PYTHON}", "-c", "import time; time.sleep(60)"]
+start_timeout_ms = {START_TIMEOUT_MS}
+"""
+HEALTHY_SERVER = f"""
+[[mcp.servers]]
+name = "fx"
+command = ["{PYTHON}", "{FIXTURE_SERVER}"]
+"""
+
+
+def test_servers_that_hang_at_start_delay_the_gateway_by_one_start_timeout_not_the_sum(
+    tmp_path: Path,
+) -> None:
+    hanging = [HANGING_SERVER.replace("NAME", name) for name in ("stuck1", "stuck2")]
+    config = OPEN_POLICY + hanging[0] + HEALTHY_SERVER + hanging[1]
+    workspace = make_workspace(tmp_path / "ws", config=config)
+
+    async def main() -> tuple[float, set[str]]:
+        began = time.monotonic()
+        async with stdio_client(workspace, mode="legacy") as client:
+            listed = await client.list_tools()
+            took = time.monotonic() - began
+            echoed = await client.call_tool("fx.echo", {"message": "still served"})
+        assert echoed.is_error is False
+        return took, {tool.name for tool in listed.tools}
+
+    took, names = anyio.run(main)
+    # One after the other, each hanging server costs its whole start timeout (and the
+    # grace its process gets to exit): never less than the sum. Together they cost one
+    # timeout and one grace. A generous bound, not a measure of speed.
+    assert took < 2 * START_TIMEOUT_MS / 1000
+    assert "fx.echo" in names
+    assert not any(name.startswith("stuck") for name in names)
 
 
 def test_list_changed_is_advertised_only_when_someone_announces(tmp_path: Path) -> None:

@@ -35,11 +35,14 @@ server is restarted on the next call. With an ``outputSchema`` the output is the
 binary resources go to the artifact store and appear as ``{"artifact": id}``.
 
 Connecting: starting a server (spawn and ``initialize``) and listing its tools are each
-bounded by ``ServerConfig.start_timeout_s``. A failure says what happened (``command
-'x' not found``, ``it did not answer initialize within 10 s``, ...) to the operator;
-the model is only told that the server could not be started. The lines a stdio server
-writes on stdout that are not JSON-RPC are logged once per start, in place of the SDK's
-traceback a line; ``MAX_BAD_LINES`` of them in a row disconnect it as broken.
+bounded by ``ServerConfig.start_timeout_s``. ``connect_all`` starts every server at
+once, so servers that hang cost the longest of their timeouts, not the sum; it admits
+their tools afterwards, in the configured order, so the ledger does not depend on which
+server answered first. A failure says what happened (``command 'x' not found``, ``it
+did not answer initialize within 10 s``, ...) to the operator; the model is only told
+that the server could not be started. The lines a stdio server writes on stdout that
+are not JSON-RPC are logged once per start, in place of the SDK's traceback a line;
+``MAX_BAD_LINES`` of them in a row disconnect it as broken.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ import re
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from types import TracebackType
@@ -467,6 +470,15 @@ class _Route:
     structured: bool
 
 
+@dataclass(frozen=True, slots=True)
+class _Listing:
+    """What connecting to a server and listing its tools gave: the tools, or why not."""
+
+    generation: int = 0
+    tools: Sequence[Mapping[str, Any]] = ()
+    error: str | None = None
+
+
 @dataclass
 class _ServerState:
     connection: ServerConnection
@@ -556,29 +568,51 @@ class McpBridge:
     async def connect_all(self, run: Run | str | None = None) -> list[ServerReport]:
         """Connect every server and register its admitted tools.
 
-        Admission events go to ``run`` (or to the ``mcp-admission`` run). A server
-        that cannot start is reported and skipped; the others go on.
+        The servers are started and listed concurrently; their tools are admitted
+        afterwards, in the configured order, as are the reports. Admission events go
+        to ``run`` (or to the ``mcp-admission`` run). A server that cannot start is
+        reported and skipped; the others go on.
         """
         if run is not None:
             self.run_id = run if isinstance(run, str) else run.id
-        reports: list[ServerReport] = []
-        for name in self.servers:
-            reports.append(await self.refresh(name))
-        return reports
+        listings: dict[str, _Listing] = {}
+
+        async def list_one(name: str) -> None:
+            listings[name] = await self._listing(name)
+
+        async with AsyncExitStack() as locks:
+            # Every lock is held until all are admitted: a refresh a server asks for
+            # while the others start must not be overtaken by this older listing.
+            for name in self.servers:
+                await locks.enter_async_context(self._states[name].lock)
+            async with anyio.create_task_group() as group:
+                for name in self.servers:
+                    group.start_soon(list_one, name)
+            return [self._admitted(name, listings[name]) for name in self.servers]
 
     async def refresh(self, server: str) -> ServerReport:
         """List ``server``'s tools again and admit, hold or withdraw each."""
+        async with self._states[server].lock:
+            return self._admitted(server, await self._listing(server))
+
+    async def _listing(self, server: str) -> _Listing:
+        """Start ``server`` when needed and list its tools; the caller holds its lock."""
+        connection = self._states[server].connection
+        try:
+            client = await connection.client()
+            generation = connection.generation
+            return _Listing(generation, await connection.list_tools(client))
+        except ServerUnavailable as exc:
+            return _Listing(error=str(exc))
+
+    def _admitted(self, server: str, listing: _Listing) -> ServerReport:
+        """Admit, hold or withdraw the tools of ``listing``; the caller holds the lock."""
+        if listing.error is not None:
+            _log.warning("%s", listing.error)
+            return ServerReport(server, connected=False, error=listing.error[:300])
         state = self._states[server]
-        async with state.lock:
-            try:
-                client = await state.connection.client()
-                generation = state.connection.generation
-                listed = await state.connection.list_tools(client)
-            except ServerUnavailable as exc:
-                _log.warning("%s", exc)
-                return ServerReport(server, connected=False, error=str(exc)[:300])
-            state.listed_generation = generation
-            return self._admit_all(state, self.servers[server], listed)
+        state.listed_generation = listing.generation
+        return self._admit_all(state, self.servers[server], listing.tools)
 
     async def approve_pin(self, server: str, tool: str) -> ToolDefinition | None:
         """Approve the pending definition of ``server``'s ``tool`` (its remote name)

@@ -19,15 +19,18 @@ protocol errors. Over stdio nothing but JSON-RPC goes to stdout; logs go to stde
 from __future__ import annotations
 
 import importlib.metadata
+import io
 import ipaddress
 import json
 import logging
+import os
 import signal
 import socket
 import sys
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from concurrent.futures import CancelledError
 from contextlib import (
     AbstractAsyncContextManager,
     AsyncExitStack,
@@ -36,7 +39,7 @@ from contextlib import (
     suppress,
 )
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, BinaryIO, Final, Literal
 
 import anyio
 import anyio.from_thread
@@ -377,33 +380,95 @@ async def _serve(
     port: int,
     extensions: Sequence[KernelExtension],
 ) -> None:
-    async with _extended(kernel, extensions), anyio.create_task_group() as group:
-        gateway = Gateway(kernel)
-        server = build_server(kernel, gateway)
-        group.start_soon(gateway.announce_changes)
-        if transport == "stdio":
-            await _serve_stdio(server, kernel)
-        else:
-            await _serve_http(server, host, port)
-        group.cancel_scope.cancel()
+    async with anyio.create_task_group() as stoppable:
+        # Over stdio a signal stops the server from the start (connecting the bridged
+        # servers may take a while too); over HTTP, uvicorn catches signals itself.
+        if transport == "stdio" and threading.current_thread() is threading.main_thread():
+            stoppable.start_soon(_stop_on_signal, stoppable.cancel_scope)
+        async with _extended(kernel, extensions), anyio.create_task_group() as group:
+            gateway = Gateway(kernel)
+            server = build_server(kernel, gateway)
+            group.start_soon(gateway.announce_changes)
+            if transport == "stdio":
+                await _serve_stdio(server, kernel)
+            else:
+                await _serve_http(server, host, port)
+            group.cancel_scope.cancel()
+        stoppable.cancel_scope.cancel()
+
+
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    """Cancel ``scope`` on SIGINT or SIGTERM; a second one finds the default handler."""
+    with anyio.open_signal_receiver(*_STOP_SIGNALS) as signals:
+        async for signum in signals:
+            _log.info("stopping on %s", signal.Signals(signum).name)
+            scope.cancel()
 
 
 async def _serve_stdio(server: Server[Any], kernel: Kernel) -> None:
-    """Until stdin closes, or SIGINT/SIGTERM: either way the kernel is closed after."""
+    """Until stdin closes, or until cancelled (SIGINT/SIGTERM): the kernel is closed after."""
     _log.info("serving %s over stdio", kernel.config.workspace)
-    async with anyio.create_task_group() as group:
-
-        async def stop_on_signal() -> None:
-            with anyio.open_signal_receiver(*_STOP_SIGNALS) as signals:
-                async for _ in signals:
-                    group.cancel_scope.cancel()
-
-        if threading.current_thread() is threading.main_thread():
-            group.start_soon(stop_on_signal)
-        async with stdio_server() as (read_stream, write_stream):
+    with _claimed_stdin() as wire:
+        async with stdio_server(stdin=_StdinLines(wire)) as (read_stream, write_stream):
             readable = _AnswerUnreadable(read_stream, write_stream)
             await server.run(readable, write_stream, server.create_initialization_options())
-        group.cancel_scope.cancel()
+
+
+@contextmanager
+def _claimed_stdin() -> Iterator[BinaryIO]:
+    """The client's stdin, for the transport alone.
+
+    As the SDK's ``stdio_server`` does with a stdin it opens itself: while serving, fd 0
+    is the null device, so a tool or a child that reads stdin gets EOF rather than the
+    client's requests. The duplicate is never closed: a reader may still block on it.
+    """
+    wire = os.dup(0)  # not inherited by children
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        os.dup2(null, 0)
+    finally:
+        os.close(null)
+    try:
+        yield os.fdopen(wire, "rb", closefd=False)
+    finally:
+        os.dup2(wire, 0)
+
+
+class _StdinLines(anyio.AsyncFile[str]):
+    """stdin's lines for the SDK's ``stdio_server``, read by a daemon thread.
+
+    The SDK reads them in an anyio worker thread, which a cancellation waits for and
+    the interpreter joins at exit: while the client kept stdin open, SIGTERM could not
+    stop the server. A cancelled ``readline`` here returns at once; the thread, blocked
+    until the client writes or closes stdin, does not hold up the exit.
+    """
+
+    def __init__(self, wire: BinaryIO) -> None:
+        super().__init__(io.TextIOWrapper(wire, encoding="utf-8", errors="replace"))
+        self._send, self._receive = anyio.create_memory_object_stream[str]()
+        self._reader: threading.Thread | None = None
+
+    async def readline(self) -> str:
+        """The next line, or "" once stdin is closed."""
+        if self._reader is None:
+            loop = anyio.lowlevel.current_token()
+            self._reader = threading.Thread(
+                target=self._read, args=(loop,), name="stdin", daemon=True
+            )
+            self._reader.start()
+        try:
+            return await self._receive.receive()
+        except anyio.EndOfStream:
+            return ""
+
+    def _read(self, loop: anyio.lowlevel.EventLoopToken) -> None:
+        # RuntimeError: the loop has finished; the others: it stopped taking lines.
+        with suppress(RuntimeError, CancelledError, anyio.BrokenResourceError):
+            try:
+                for line in self.wrapped:
+                    anyio.from_thread.run(self._send.send, line, token=loop)
+            finally:  # stdin closed (or broke): the session ends
+                anyio.from_thread.run_sync(self._send.close, token=loop)
 
 
 class _AnswerUnreadable(FilteredReadStream):
