@@ -281,6 +281,8 @@ async def _attempt(
         )
     except CancelledByRuntime as signal:
         return _from_code(signal.reason, tool=name)
+    except _RaisedByTool as carrier:
+        return _tool_error(name, carrier.__cause__ or carrier)
     except Exception as exc:  # noqa: BLE001 - the isolation boundary around tool code
         return _tool_error(name, exc)
     except BaseException as exc:
@@ -308,6 +310,10 @@ def _tool_error(name: str, exc: BaseException) -> Outcome:
 
 
 _STOPPED: Any = object()  # the deadline passed or the token cancelled the call
+
+
+class _RaisedByTool(Exception):
+    """The tool's own CancelledError (``__cause__``), which cancelled nothing."""
 
 
 async def _guarded(
@@ -360,9 +366,13 @@ async def _guarded_asyncio(
     try:
         token.attach(watch)
         output = await adapter.invoke(invocation)
-    except asyncio.CancelledError:
+    except asyncio.CancelledError as exc:
         if watch.fired and task.uncancel() <= cancelling:
             return _STOPPED
+        if not watch.fired and task.cancelling() <= cancelling:
+            # Nobody cancelled this task: the tool raised it (a future some library
+            # cancelled under it). That is the tool's failure, not a stop.
+            raise _RaisedByTool from exc
         raise
     finally:
         watch.done = True

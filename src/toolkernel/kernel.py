@@ -26,15 +26,18 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import re
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType, TracebackType
 from typing import Any, Final, Self
 
 import anyio
+import anyio.to_thread
 
 from toolkernel.approval import ApprovalDecision, ApprovalRequest, Approver, ask
 from toolkernel.arguments import ArgumentsRejected, parse_arguments
@@ -57,7 +60,7 @@ from toolkernel.functions import FunctionTool
 from toolkernel.ledger import EventType, GroupCommitLedger, Ledger, NewEvent, SqliteLedger
 from toolkernel.normalize import DEFAULT_CHAIN, Finishing, Processor, redaction_notices
 from toolkernel.pathguard import PathGuard
-from toolkernel.policy import Decision, authorize, rate_keys
+from toolkernel.policy import Decision, authorize, rate_keys, spending_problem
 from toolkernel.providers.names import provider_name
 from toolkernel.redaction import Redactor
 from toolkernel.registry import RegisteredTool, Registry
@@ -89,11 +92,29 @@ _RECORDABLE = frozenset({Status.SUCCEEDED, Status.PARTIAL, Status.FAILED})
 
 @dataclass(slots=True)
 class _Inflight:
-    """A call with an idempotency key that is running now; duplicates wait for it."""
+    """A call with an idempotency key that is running now; duplicates wait for it.
+
+    Duplicates may come from another thread's event loop (``call_sync`` in threads):
+    those wait on ``settled``, as ``done`` can only wake its own loop.
+    """
 
     arguments_hash: str
     done: anyio.Event = field(default_factory=anyio.Event)
+    settled: threading.Event = field(default_factory=threading.Event)
+    thread: int = field(default_factory=threading.get_ident)
     result: ToolCallResult | None = None
+
+    async def wait(self) -> None:
+        if threading.get_ident() == self.thread:
+            await self.done.wait()
+        elif not self.settled.is_set():
+            await anyio.to_thread.run_sync(self.settled.wait, abandon_on_cancel=True)
+
+    def settle(self, result: ToolCallResult) -> None:
+        """Called in the thread that made the entry, whose loop ``done`` belongs to."""
+        self.result = result
+        self.settled.set()
+        self.done.set()
 
 
 @dataclass(slots=True)
@@ -110,10 +131,15 @@ class _Admitted:
 
 @dataclass(slots=True)
 class _Duplicate:
-    """A call whose idempotency key is already running: it waits, then shares the result."""
+    """A call whose idempotency key is already running: it waits, then shares the result.
+
+    With ``in_batch`` the original is an earlier call of the same batch: waiting for it
+    would wait for the batch itself; its result is there when this one is concluded.
+    """
 
     request: ToolCallRequest
     inflight: _Inflight
+    in_batch: bool = False
 
 
 _Admission = _Admitted | _Duplicate | ToolCallResult
@@ -172,7 +198,7 @@ class _Journal:
             payload["internal"] = {"interrupted": type(exc).__name__}
             self.write([NewEvent(EventType.TOOL_CALL_RESULT, payload, call_id)])
         for request, entry in self.held:
-            if not entry.done.is_set():
+            if not entry.settled.is_set():
                 result = ToolCallResult.from_code(
                     request.tool_call_id, code, tool=request.tool_name
                 )
@@ -241,6 +267,7 @@ class Kernel:
         self.recorded = recorded
         self.processors = tuple(processors)
         self._inflight: dict[tuple[str, str], _Inflight] = {}
+        self._inflight_lock = threading.Lock()  # runs on other threads' loops share it
         self._generation = 0
         self._tool_listeners: list[Callable[[], None]] = []
         self._provider_names: dict[str, str] = {}  # provider spelling -> tool name
@@ -350,7 +377,24 @@ class Kernel:
                 "verification": self.config.verification,
             }
             context = RunContext(**{**defaults, **fields})
-        return Run(context, max_parallel_reads=self.config.max_parallel_reads)
+        run = Run(context, max_parallel_reads=self.config.max_parallel_reads)
+        if run_id is not None:  # maybe a run continued from an earlier process
+            self._restore_spending(run)
+        return run
+
+    def _restore_spending(self, run: Run) -> None:
+        """The calls a continued run already started count against its budget and rate
+        limits (at the costs the configuration gives now)."""
+        policy = self.config.policy
+        budget = policy.budget
+        if budget.max_cost is None and budget.max_calls is None and not policy.rate_limits:
+            return
+        now = time.time()
+        for event in self.ledger.events(run.id):
+            if event.type is EventType.TOOL_CALL_STARTED:
+                name = str(event.payload.get("toolName", ""))
+                ago_s = now - _epoch_s(event.payload.get("startedAt"), default=now)
+                run.meter.charge(name, budget.cost_of(name), rate_keys(policy, name), ago_s=ago_s)
 
     def list_available(self, ctx: RunContext) -> list[ToolDefinition]:
         """The tools a run in ``ctx`` may see now (no ledger event; see ``expose``)."""
@@ -483,8 +527,9 @@ class Kernel:
 
             async def execute(index: int, admitted: _Admitted | _Duplicate) -> None:
                 if isinstance(admitted, _Duplicate):
-                    await admitted.inflight.done.wait()
-                    outcomes[index] = admitted.inflight.result
+                    if not admitted.in_batch:
+                        await admitted.inflight.wait()
+                        outcomes[index] = admitted.inflight.result
                     return
                 await run.acquire_read_slot()
                 try:
@@ -558,6 +603,9 @@ class Kernel:
                 journal,
                 self.approver if approver is None else approver,
             )
+            if decision.allowed:  # other calls may have spent the budget meanwhile
+                policy = self.config.policy
+                decision = spending_problem(policy, name, decision.cost, run.meter) or decision
         cancelled = run.cancelled_before_start(call_id)
         if cancelled is not None:  # while it was admitted or a human was asked: never runs
             # Checked first: an approver that stopped waiting because of the cancel says
@@ -642,7 +690,8 @@ class Kernel:
         if isinstance(admission, ToolCallResult):
             return admission
         if isinstance(admission, _Duplicate):
-            shared = outcome if isinstance(outcome, ToolCallResult) else None
+            # Concluded in model order: an in-batch original has settled by now.
+            shared = outcome if isinstance(outcome, ToolCallResult) else admission.inflight.result
             return self._share(admission, shared, journal)
         assert isinstance(outcome, Outcome)
         tool, request = admission.tool, admission.request
@@ -682,7 +731,10 @@ class Kernel:
     ) -> tuple[RegisteredTool, ValidationResult] | ToolCallResult:
         """Lookup, exposure, argument parsing and validation: no side effects."""
         call_id, name = request.tool_call_id, request.tool_name
-        tool = self.registry.find(name, request.tool_version)
+        version = request.tool_version
+        if version is None and run.exposed is not None:
+            version = run.exposed.get(name)  # the one the model was shown, not a newer one
+        tool = self.registry.find(name, version)
         if tool is None:
             return self._unknown(run, name, request.tool_version).with_(tool_call_id=call_id)
         if not self._is_exposed(run, tool):
@@ -885,30 +937,33 @@ class Kernel:
         name, key = request.tool_name, str(request.idempotency_key)
         call_id = request.tool_call_id
         conflict = ToolCallResult.from_code(call_id, ErrorCode.IDEMPOTENCY_CONFLICT, tool=name)
-        running = self._inflight.get((name, key))
+        # Claimed before the ledger is asked, under a lock: of duplicates that arrive at
+        # the same moment (in one batch, or from runs on other threads), one goes on.
+        with self._inflight_lock:
+            running = self._inflight.get((name, key))
+            if running is None:
+                entry = self._inflight[(name, key)] = _Inflight(request.arguments_hash)
         if running is not None:
             if running.arguments_hash != request.arguments_hash:
                 return self._refuse(journal, request, events, conflict)
             journal.write(events)  # the duplicate's REQUEST, in model order
-            return _Duplicate(request, running)
+            in_batch = any(held is running for _, held in journal.held)
+            return _Duplicate(request, running, in_batch)
+        journal.held.append((request, entry))
         journal.flush()  # an index lookup must see what this batch already decided
         recorded = self.ledger.find_indexed(name, key)
-        if recorded is not None:
-            if recorded.payload.get("argumentsHash") != request.arguments_hash:
-                return self._refuse(journal, request, events, conflict)
-            result = ToolCallResult.from_dict(recorded.payload["result"]).with_(
-                tool_call_id=call_id
-            )
-            payload = _result_payload(request, result, request.tool_version)
-            payload["replayedFrom"] = {"runId": recorded.run_id, "seq": recorded.seq}
-            events.append(NewEvent(EventType.TOOL_CALL_RESULT, payload, call_id))
-            journal.write(events)
-            self._finished(request, result, request.tool_version)
-            return result
-        entry = _Inflight(request.arguments_hash)
-        self._inflight[(name, key)] = entry
-        journal.held.append((request, entry))
-        return entry
+        if recorded is None:
+            return entry
+        if recorded.payload.get("argumentsHash") != request.arguments_hash:
+            return self._refuse(journal, request, events, conflict, entry)
+        result = ToolCallResult.from_dict(recorded.payload["result"]).with_(tool_call_id=call_id)
+        payload = _result_payload(request, result, request.tool_version)
+        payload["replayedFrom"] = {"runId": recorded.run_id, "seq": recorded.seq}
+        events.append(NewEvent(EventType.TOOL_CALL_RESULT, payload, call_id))
+        journal.write(events)
+        _settle(self._inflight, request, entry, result)
+        self._finished(request, result, request.tool_version)
+        return result
 
     async def _approve(
         self,
@@ -988,7 +1043,7 @@ class Kernel:
     def _is_exposed(self, run: Run, tool: RegisteredTool) -> bool:
         if tool.name not in self._projection(run):
             return False
-        return run.exposed is None or tool.name in run.exposed
+        return run.exposed is None or run.exposed.get(tool.name) == tool.definition.version
 
     def _names(self, run: Run) -> str:
         names = self._projection(run)
@@ -1094,6 +1149,14 @@ def _result_payload(
     }
 
 
+def _epoch_s(stamp: object, *, default: float) -> float:
+    """An ISO-8601 ledger time as seconds since the epoch (``default`` if unreadable)."""
+    try:
+        return datetime.fromisoformat(str(stamp)).timestamp()
+    except ValueError:
+        return default
+
+
 def _settle(
     inflight_map: dict[tuple[str, str], _Inflight],
     request: ToolCallRequest,
@@ -1102,9 +1165,10 @@ def _settle(
 ) -> None:
     if inflight is None:
         return
-    inflight.result = result
-    inflight_map.pop((request.tool_name, str(request.idempotency_key)), None)
-    inflight.done.set()
+    key = (request.tool_name, str(request.idempotency_key))
+    if inflight_map.get(key) is inflight:  # a later call may hold the key by now
+        del inflight_map[key]
+    inflight.settle(result)
 
 
 def _writes(definition: ToolDefinition) -> bool:

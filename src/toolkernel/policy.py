@@ -93,6 +93,11 @@ class Budget:
     costs: Mapping[str, float] = field(default_factory=dict)
 
     def cost_of(self, tool_name: str) -> float:
+        """The tool's own entry, else the first pattern that matches in file order, else
+        ``default_cost``."""
+        exact = self.costs.get(tool_name)
+        if exact is not None:
+            return exact
         for pattern, cost in self.costs.items():
             if fnmatchcase(tool_name, pattern):
                 return cost
@@ -171,11 +176,13 @@ class UsageMeter:
             stamps.popleft()
         return len(stamps)
 
-    def charge(self, tool_name: str, cost: float, rate_keys: Sequence[str]) -> None:
-        """Record a dispatched call."""
+    def charge(
+        self, tool_name: str, cost: float, rate_keys: Sequence[str], *, ago_s: float = 0.0
+    ) -> None:
+        """Record a dispatched call (one that started ``ago_s`` seconds ago)."""
         self.cost += cost
         self.calls += 1
-        now = self._clock()
+        now = self._clock() - max(ago_s, 0.0)
         for key in rate_keys:
             self._recent.setdefault(key, deque()).append(now)
 
@@ -234,8 +241,23 @@ def _authorize(
     approval_reasons = _approval_reasons(policy, d, rules, needs_network)
     audit = bool(rules) and any(rule.action is Action.AUDIT for rule in rules)
 
+    cost = policy.budget.cost_of(name)
+    overspent = spending_problem(policy, name, cost, meter)
+    if overspent is not None:
+        return overspent
+    return Decision(
+        allowed=True,
+        requires_approval=bool(approval_reasons),
+        audit=audit,
+        cost=cost,
+        approval_reasons=tuple(approval_reasons),
+    )
+
+
+def spending_problem(policy: Policy, name: str, cost: float, meter: UsageMeter) -> Decision | None:
+    """The denial when one more call of ``name`` would break the run's budget or a rate
+    limit; checked again right before the charge when the call waited for a human."""
     budget = policy.budget
-    cost = budget.cost_of(name)
     if budget.max_cost is not None and meter.cost + cost > budget.max_cost:
         return _deny(ErrorCode.BUDGET_EXCEEDED, tool=name, budget="cost")
     if budget.max_calls is not None and meter.calls + 1 > budget.max_calls:
@@ -247,13 +269,7 @@ def _authorize(
             return _deny(
                 ErrorCode.RATE_LIMITED, tool=name, limit=limit.calls, window=limit.per_seconds
             )
-    return Decision(
-        allowed=True,
-        requires_approval=bool(approval_reasons),
-        audit=audit,
-        cost=cost,
-        approval_reasons=tuple(approval_reasons),
-    )
+    return None
 
 
 def rate_keys(policy: Policy, tool_name: str) -> list[str]:

@@ -13,7 +13,7 @@ from toolkernel.context import RunState, ToolContext, VerificationStatus
 from toolkernel.definition import Permissions
 from toolkernel.functions import tool
 from toolkernel.ledger import EventType
-from toolkernel.policy import Action, Policy, PolicyRule, UsageMeter, authorize
+from toolkernel.policy import Action, Budget, Policy, PolicyRule, UsageMeter, authorize
 from toolkernel.testing import RecordingApprover, event_types
 
 pytestmark = pytest.mark.anyio
@@ -351,6 +351,57 @@ async def test_cost_budget_per_run_is_enforced(kernel_factory, calls):
     assert (await kernel.call(other_run, "repo.lookup", {"query": "x"})).status is Status.SUCCEEDED
 
 
+async def test_calls_waiting_for_approval_cannot_overspend_the_budget(kernel_factory, calls):
+    # Both calls pass the budget check before the human answers; only one may run.
+    async def slow_human(request: ApprovalRequest) -> ApprovalDecision:
+        await anyio.sleep(0.05)
+        return ApprovalDecision(True, "human")
+
+    kernel = kernel_factory(NETWORK_ASK + "\n[budget]\nmax_calls = 1\n", approver=slow_human)
+    run = kernel.start_run()
+    results = []
+
+    async def fetch(url: str) -> None:
+        results.append(await kernel.call(run, "web.fetch", {"url": url}))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(fetch, "https://example.org/a")
+        group.start_soon(fetch, "https://example.org/b")
+    assert sorted(str(r.error_code) for r in results) == ["BUDGET_EXCEEDED", "None"]
+    assert calls.count == {"web.fetch": 1}
+    assert run.meter.calls == 1
+
+
+async def test_a_run_continued_by_a_new_kernel_keeps_what_it_spent(kernel_factory, calls):
+    # `toolkernel call --run ID` in successive processes: the budget and the rate
+    # limits are per run, not per process.
+    config = """
+        [budget]
+        max_calls = 3
+        [rate_limits."repo.lookup"]
+        calls = 1
+        per_seconds = 3600
+        [[exposure]]
+        tools = ["*"]
+        """
+    first = kernel_factory(config)
+    run = first.start_run(run_id="continued")
+    assert (await first.call(run, "repo.lookup", {"query": "a"})).status is Status.SUCCEEDED
+    assert (await first.call(run, "memory.read", {})).status is Status.SUCCEEDED
+    first.close()
+    second = kernel_factory(config)
+    again = second.start_run(run_id="continued")
+    assert again.meter.calls == 2
+    limited = await second.call(again, "repo.lookup", {"query": "b"})
+    assert limited.error_code is ErrorCode.RATE_LIMITED
+    assert (await second.call(again, "memory.read", {})).status is Status.SUCCEEDED
+    spent = await second.call(again, "memory.read", {})
+    assert spent.error_code is ErrorCode.BUDGET_EXCEEDED
+    fresh = second.start_run(run_id="another")
+    assert (await second.call(fresh, "repo.lookup", {"query": "c"})).status is Status.SUCCEEDED
+    assert calls.count == {"repo.lookup": 2}
+
+
 async def test_refused_calls_do_not_spend_the_budget(kernel_factory):
     kernel = kernel_factory(
         """
@@ -384,6 +435,14 @@ async def test_rate_limit_per_tool_is_retryable(kernel_factory):
     assert results[2].error_code is ErrorCode.RATE_LIMITED
     assert results[2].retryable is True
     assert (await kernel.call(run, "file.peek", {"path": "src/app.py"})).status is Status.SUCCEEDED
+
+
+def test_a_tools_own_cost_beats_a_pattern_listed_before_it():
+    budget = Budget(default_cost=1, costs={"*": 0, "memory.read": 5, "web.*": 2, "web.f*": 3})
+    assert budget.cost_of("memory.read") == 5
+    assert budget.cost_of("web.fetch") == 0  # "*" is the first pattern that matches
+    assert Budget(costs={"web.*": 2, "web.f*": 3}).cost_of("web.fetch") == 2
+    assert Budget(default_cost=1.5).cost_of("x") == 1.5
 
 
 def test_rate_window_slides():

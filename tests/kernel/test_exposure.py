@@ -148,6 +148,29 @@ async def test_call_without_version_gets_the_newest_and_unknown_versions_are_den
     assert "1.0, 2.0" in missing.safe_message
 
 
+async def test_a_call_gets_the_version_the_model_was_shown_not_a_newer_one(kernel_factory):
+    # Provider calls carry no version: a version registered after the tools were shown
+    # is neither validated against nor run until the model is shown it.
+    kernel = kernel_factory()
+    base = {
+        "name": "repo.count",
+        "description": "Count.",
+        "executionMode": "NATIVE",
+        "inputSchema": {"type": "object", "additionalProperties": False},
+    }
+    kernel.register({**base, "version": "1.0"}, handler=lambda: "one")
+    run = kernel.start_run()
+    kernel.expose(run)
+    kernel.register({**base, "version": "2.0"}, handler=lambda: "two")
+    assert (await kernel.call(run, "repo.count")).structured_output == "one"
+    newer = await kernel.call(run, "repo.count", version="2.0")
+    assert newer.error_code is ErrorCode.TOOL_NOT_EXPOSED
+    kernel.expose(run)
+    assert (await kernel.call(run, "repo.count")).structured_output == "two"
+    older = await kernel.call(run, "repo.count", version="1.0")
+    assert older.error_code is ErrorCode.TOOL_NOT_EXPOSED
+
+
 def test_listeners_hear_of_every_tool_registered_or_withdrawn_until_they_stop(
     kernel_factory,
 ):

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
+import time
 from typing import Annotated
 
 import anyio
 import pytest
 from annotated_types import Ge
 
+from toolkernel.calls import ToolCallResult
 from toolkernel.canonical import canonical_json
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.context import ToolContext
@@ -325,6 +328,67 @@ async def test_duplicates_arriving_at_the_same_moment_run_the_tool_once(kernel_f
     assert len({r.tool_call_id for r in results}) == 3
 
 
+async def test_duplicates_in_one_parallel_batch_share_the_first_result(kernel_factory):
+    ran = []
+
+    @tool("job.read", idempotent=True)
+    async def read(q: str) -> dict[str, str]:
+        """Read once."""
+        ran.append(q)
+        return {"q": q}
+
+    kernel = kernel_factory()
+    kernel.register(read)
+    run = kernel.start_run()
+    calls = [
+        ToolCall("job.read", {"q": "x"}, tool_call_id=f"c{i}", idempotency_key="k")
+        for i in range(3)
+    ]
+    with anyio.fail_after(5):  # waiting for an original in its own batch never returned
+        results = await kernel.call_many(run, calls)
+    assert ran == ["x"]
+    assert [r.status for r in results] == [Status.SUCCEEDED] * 3
+    assert [r.structured_output for r in results] == [{"q": "x"}] * 3
+    shared = [e.payload.get("sharedWith") for e in kernel.ledger.events(run.id)]
+    assert shared.count("c0") == 2
+    assert kernel.ledger.verify().ok
+
+
+def test_duplicates_from_runs_on_two_threads_run_the_tool_once(kernel_factory):
+    # call_sync in threads: each thread has its own event loop, and the duplicate must
+    # be woken from the other one.
+    ran = []
+    started = threading.Event()
+
+    @tool("job.slow", mutating=True)
+    def slow(text: str) -> dict[str, str]:
+        """Mutate slowly."""
+        ran.append(text)
+        started.set()
+        time.sleep(0.3)
+        return {"echo": text}
+
+    kernel = kernel_factory(WRITER)
+    kernel.register(slow)
+    results: dict[int, ToolCallResult] = {}
+
+    def worker(index: int) -> None:
+        run = kernel.start_run()
+        results[index] = kernel.call_sync(run, "job.slow", {"text": "same"}, idempotency_key="k")
+
+    first = threading.Thread(target=worker, args=(0,), daemon=True)
+    second = threading.Thread(target=worker, args=(1,), daemon=True)
+    first.start()
+    assert started.wait(5)
+    second.start()
+    first.join(10)
+    second.join(10)
+    assert not second.is_alive(), "the duplicate on the other thread never woke"
+    assert ran == ["same"]
+    assert [results[i].status for i in (0, 1)] == [Status.SUCCEEDED] * 2
+    assert results[1].structured_output == {"echo": "same"}
+
+
 async def test_parallel_read_only_calls_overlap_and_the_ledger_keeps_model_order(kernel_factory):
     running = 0
     peak = 0
@@ -553,3 +617,47 @@ async def test_a_tool_raising_systemexit_or_a_baseexception_fails_alone(kernel_f
         assert (result.status, result.error_code) == (Status.FAILED, ErrorCode.TOOL_ERROR)
     after = await kernel.call(run, "repo.lookup", {"query": "still here"})
     assert after.status is Status.SUCCEEDED
+
+
+async def test_a_cancelled_error_the_tool_raises_itself_is_a_tool_error(kernel_factory):
+    # A library cancelled a future under the tool; nobody cancelled the call. The call
+    # fails on its own, and its siblings and the caller are untouched.
+    @tool("net.fetch")
+    async def fetch() -> str:
+        """Await a future that gets cancelled."""
+        future = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_soon(future.cancel)
+        await future
+        return "never"
+
+    @tool("net.sync")
+    def sync() -> str:
+        """Raise CancelledError in a worker thread."""
+        raise asyncio.CancelledError
+
+    kernel = kernel_factory()
+    kernel.register(fetch)
+    kernel.register(sync)
+    run = kernel.start_run()
+    results = await kernel.call_many(
+        run,
+        [
+            ToolCall("repo.lookup", {"query": "a"}),
+            ToolCall("net.fetch", {}),
+            ToolCall("net.sync", {}),
+        ],
+    )
+    assert [(r.status, r.error_code) for r in results] == [
+        (Status.SUCCEEDED, None),
+        (Status.FAILED, ErrorCode.TOOL_ERROR),
+        (Status.FAILED, ErrorCode.TOOL_ERROR),
+    ]
+    assert "CancelledError" in results[1].safe_message
+    assert asyncio.current_task().cancelling() == 0
+    tracebacks = [
+        e.payload["internal"]["traceback"]
+        for e in kernel.ledger.events(run.id)
+        if e.type is EventType.TOOL_CALL_RESULT and "internal" in e.payload
+    ]
+    assert len(tracebacks) == 2
+    assert all("CancelledError" in t for t in tracebacks)
