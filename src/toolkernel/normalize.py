@@ -3,6 +3,11 @@
 Each stage takes an ``Outcome`` and the ``Finishing`` context and returns an Outcome.
 The chain is data (``DEFAULT_CHAIN``) so that later stages can be added, but the
 kernel always runs it between dispatch and the RESULT event.
+
+``normalize`` refuses output nested deeper than ``MAX_OUTPUT_DEPTH`` before anything
+else walks it: the encoders, the output schema's validator and ``shrink`` recurse, and
+a tool's odd output must end as its own FAILED result, not as an exception that takes
+the other calls of the turn with it.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from toolkernel.arguments import DEFAULT_MAX_DEPTH
 from toolkernel.artifacts import ArtifactStore
 from toolkernel.calls import RedactionNotice
 from toolkernel.canonical import canonical_json
@@ -22,6 +28,7 @@ from toolkernel.registry import RegisteredTool
 
 __all__ = [
     "DEFAULT_CHAIN",
+    "MAX_OUTPUT_DEPTH",
     "Finishing",
     "Processor",
     "artifactize",
@@ -50,10 +57,19 @@ class Finishing:
 
 Processor = Callable[[Outcome, Finishing], Outcome]
 
+MAX_OUTPUT_DEPTH: Final = 2 * DEFAULT_MAX_DEPTH
+"""Levels of nesting an output may have, counted as for arguments: twice what
+arguments may have, so that a tool can wrap what it was given and still answer."""
+_CONTAINERS: Final = (dict, list, tuple)
+_SCALARS: Final = frozenset((str, int, float, bool, type(None)))
+
 
 def normalize(outcome: Outcome, fin: Finishing) -> Outcome:
     """Make the output plain JSON and hold it to the tool's output schema."""
     name = fin.tool.name
+    if _nested_deeper(outcome.output, MAX_OUTPUT_DEPTH):
+        why = f"output is nested more than {MAX_OUTPUT_DEPTH} levels deep"
+        return _contract_violation(outcome, fin, why, shown=f"Its {why}.")
     try:
         fin.encoded = canonical_json(outcome.output)
     except (TypeError, ValueError):
@@ -71,13 +87,34 @@ def normalize(outcome: Outcome, fin: Finishing) -> Outcome:
     return outcome
 
 
-def _contract_violation(outcome: Outcome, fin: Finishing, why: str) -> Outcome:
+def _nested_deeper(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests more than ``limit`` containers deep (a cycle does)."""
+    if not isinstance(value, _CONTAINERS):
+        return False
+    # Depth first with an explicit stack: a cycle is followed down to ``limit`` at
+    # once, where level by level its copies could multiply first.
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        for child in item.values() if isinstance(item, dict) else item:
+            if type(child) in _SCALARS or not isinstance(child, _CONTAINERS):
+                continue
+            if depth == limit:
+                return True
+            stack.append((child, depth + 1))
+    return False
+
+
+def _contract_violation(outcome: Outcome, fin: Finishing, why: str, *, shown: str = "") -> Outcome:
+    """FAILED/OUTPUT_CONTRACT_VIOLATION; ``why`` goes to the ledger, ``shown`` to the model
+    too (only text that holds nothing of the output)."""
     fin.encoded = None
     internal = {**outcome.internal, "contractViolation": why}
+    message = safe_message(ErrorCode.OUTPUT_CONTRACT_VIOLATION, tool=fin.tool.name)
     return Outcome(
         Status.FAILED,
         ErrorCode.OUTPUT_CONTRACT_VIOLATION,
-        safe_message(ErrorCode.OUTPUT_CONTRACT_VIOLATION, tool=fin.tool.name),
+        f"{message} {shown}" if shown else message,
         attempts=outcome.attempts,
         duration_ms=outcome.duration_ms,
         internal=internal,

@@ -2,6 +2,8 @@
 
 Every string in a result's safe message and structured output passes through
 ``Redactor.redact``; process output can pass through ``StreamRedactor`` chunk by chunk.
+``Redactor.secret_spans`` tells where the secrets of a text are instead, for a caller
+that shows only part of it (``artifact.read``) and must mask what the cut goes through.
 Four things are masked, each counted by kind so the kernel can record the redaction
 in the ledger and note it in the projection:
 
@@ -25,6 +27,7 @@ which ``re`` scans for quickly.
 from __future__ import annotations
 
 import base64
+import bisect
 import codecs
 import re
 import string
@@ -49,6 +52,10 @@ SECRET_MASK: Final = "[REDACTED]"  # noqa: S105 - the mask, not a secret
 TRACE_MASK: Final = "[stack trace withheld: {frames} frames]"
 
 _MIN_KNOWN: Final = 4  # shorter known values would mask ordinary words
+_CONTAINERS: Final = (dict, list, tuple)
+_SCALARS: Final = frozenset((int, float, bool))
+_CYCLE_DEPTH: Final = 64
+_LEAVE: Final = object()  # on the walk's stack: a container's items are all copied
 _WHOLE_TEXT_MAX: Final = 1 << 20
 _BLOCK: Final = 1 << 16
 
@@ -301,16 +308,102 @@ class Redactor:
         return "".join(out)
 
     def redact(self, value: Any, counts: Counter[str]) -> Any:
-        """A copy of a JSON-like value with every string (keys included) redacted."""
+        """A copy of a JSON-like value with every string (keys included) redacted.
+
+        Dicts stay dicts, lists and tuples become lists, other values are kept as they
+        are. The value is walked with an explicit stack, not by recursion, so no depth
+        of nesting can exhaust Python's recursion limit.
+
+        Raises:
+            ValueError: the value contains itself (a cycle has no finite copy).
+        """
         if isinstance(value, str):
             return self.redact_text(value, counts)
-        if isinstance(value, dict):
-            return {
-                self.redact_text(str(k), counts): self.redact(v, counts) for k, v in value.items()
-            }
-        if isinstance(value, list | tuple):
-            return [self.redact(v, counts) for v in value]
-        return value
+        if not isinstance(value, _CONTAINERS):
+            return value
+        text = self.redact_text
+        copy: dict[str, Any] | list[Any] = {} if isinstance(value, dict) else []
+        # A child container's copy is put in place at once and filled when its turn on
+        # the stack comes, so the order in which the stack is worked off does not
+        # matter; each container's own items are taken in order, which keeps the last
+        # of two keys that redact alike, as a dict comprehension would. Exact types are
+        # tested first: isinstance on every JSON scalar would cost more than the walk.
+        stack: list[tuple[Any, Any, int]] = [(value, copy, 1)]
+        child: dict[str, Any] | list[Any]
+        # Only a cycle makes the walk endless, and an endless walk goes deeper than any
+        # depth: so the containers being copied are tracked from _CYCLE_DEPTH down, and
+        # the usual shallow value pays nothing for it.
+        open_below: set[int] = set()
+        while stack:
+            source, target, depth = stack.pop()
+            if depth >= _CYCLE_DEPTH:
+                if source is _LEAVE:
+                    open_below.discard(target)
+                    continue
+                if id(source) in open_below:
+                    raise ValueError("the value contains itself")
+                open_below.add(id(source))
+                stack.append((_LEAVE, id(source), depth))
+            if isinstance(source, dict):
+                for key, item in source.items():
+                    key = text(key if type(key) is str else str(key), counts)
+                    kind = type(item)
+                    if kind is str:
+                        target[key] = text(item, counts)
+                    elif kind in _SCALARS or item is None:
+                        target[key] = item
+                    elif isinstance(item, str):
+                        target[key] = text(item, counts)
+                    elif isinstance(item, _CONTAINERS):
+                        target[key] = child = {} if isinstance(item, dict) else []
+                        stack.append((item, child, depth + 1))
+                    else:
+                        target[key] = item
+            else:
+                append = target.append
+                for item in source:
+                    kind = type(item)
+                    if kind is str:
+                        append(text(item, counts))
+                    elif kind in _SCALARS or item is None:
+                        append(item)
+                    elif isinstance(item, str):
+                        append(text(item, counts))
+                    elif isinstance(item, _CONTAINERS):
+                        child = {} if isinstance(item, dict) else []
+                        append(child)
+                        stack.append((item, child, depth + 1))
+                    else:
+                        append(item)
+        return copy
+
+    def secret_spans(self, text: str) -> list[tuple[int, int, str]]:
+        """Where ``text`` holds secrets: ``(start, end, kind)`` spans of ``text`` itself.
+
+        For callers that show part of a text and must mask what its edges cut through.
+        The spans are those ``redact_text`` masks as known secrets, private keys and
+        secrets found by pattern, found the same way: pass after pass, each on the text
+        the passes before have masked (a span that takes in a mask reaches over what
+        that mask hides, so spans can overlap). Sorted by start. Stack traces and paths
+        are not looked for, so a secret inside a trace is reported too. A text over
+        1 MiB is taken whole, where ``redact_text`` works through it in blocks.
+        """
+        masked = _Masked(text)
+        spans: list[_Replacement] = []
+        for form in self._variants:
+            at = masked.text.find(form)
+            if at == -1:
+                continue
+            found: list[_Replacement] = []
+            while at != -1:  # left to right without overlap, as str.replace goes
+                found.append((at, at + len(form), "known-secret"))
+                at = masked.text.find(form, at + len(form))
+            spans += masked.mask(found)
+        for finder in (_private_key_spans, _secret_spans):
+            if found := _disjoint(finder(masked.text)):
+                spans += masked.mask(found)
+        spans.sort()
+        return spans
 
     def _mask_known(self, text: str, counts: Counter[str]) -> str:
         for form in self._variants:
@@ -412,6 +505,10 @@ def _line_starts_of(text: str, anchors: Iterable[str]) -> list[int]:
 
 
 def _mask_private_keys(text: str, counts: Counter[str]) -> str:
+    return _apply(text, _private_key_spans(text), counts)
+
+
+def _private_key_spans(text: str) -> list[_Replacement]:
     found: list[_Replacement] = []
     for anchor in _PRIVATE_KEY_ANCHORS:
         at = text.find(anchor)
@@ -421,10 +518,14 @@ def _mask_private_keys(text: str, counts: Counter[str]) -> str:
                 found.append(hit)
             at = text.find(anchor, at + 1 if hit is None else hit[1])
     found.sort()
-    return _apply(text, found, counts)
+    return found
 
 
 def _mask_secrets(text: str, counts: Counter[str]) -> str:
+    return _apply(text, _secret_spans(text), counts)
+
+
+def _secret_spans(text: str) -> list[_Replacement]:
     found: list[_Replacement] = []
     done = 0
     for pos in _candidates(text):
@@ -439,7 +540,7 @@ def _mask_secrets(text: str, counts: Counter[str]) -> str:
                     kind = exact[2]
             found.append((start, end, kind))
             done = end
-    return _apply(text, found, counts)
+    return found
 
 
 def _candidates(text: str) -> list[int]:
@@ -491,6 +592,68 @@ def _candidates(text: str) -> list[int]:
 
 
 _Replacement = tuple[int, int, str]
+
+
+def _disjoint(found: list[_Replacement]) -> list[_Replacement]:
+    """The spans of sorted ``found`` that ``_apply`` masks (it skips overlapping ones)."""
+    kept: list[_Replacement] = []
+    done = 0
+    for span in found:
+        if span[0] >= done:
+            kept.append(span)
+            done = span[1]
+    return kept
+
+
+class _Masked:
+    """A text masked pass by pass as ``redact_text`` masks it, with the way back.
+
+    ``text`` is the original with every stretch masked so far replaced by the mask;
+    ``mask`` takes spans of ``text`` and returns them as spans of the original.
+    """
+
+    def __init__(self, original: str) -> None:
+        self.original = self.text = original
+        self._stretches: list[tuple[int, int]] = []  # of the original: sorted, disjoint
+        self._starts: list[int] = []  # where each stretch's mask starts in ``text``
+
+    def mask(self, found: list[_Replacement]) -> list[_Replacement]:
+        """Mask sorted, disjoint spans of ``text``; return them as spans of the original."""
+        spans = [
+            (self._origin(s, start=True), self._origin(e, start=False), k) for s, e, k in found
+        ]
+        stretches: list[tuple[int, int]] = []
+        # Masks that a new span overlaps become one; masks that only touch stay two.
+        for start, end in sorted([*self._stretches, *((s, e) for s, e, _ in spans)]):
+            if stretches and start < stretches[-1][1]:
+                stretches[-1] = (stretches[-1][0], max(stretches[-1][1], end))
+            else:
+                stretches.append((start, end))
+        out: list[str] = []
+        self._starts = []
+        done = length = 0
+        for start, end in stretches:
+            out += [self.original[done:start], SECRET_MASK]
+            length += start - done
+            self._starts.append(length)
+            length += len(SECRET_MASK)
+            done = end
+        out.append(self.original[done:])
+        self.text, self._stretches = "".join(out), stretches
+        return spans
+
+    def _origin(self, at: int, *, start: bool) -> int:
+        """Where position ``at`` of ``text`` is in the original; inside a mask, the
+        start or the end of what it masks."""
+        before = bisect.bisect_right if start else bisect.bisect_left
+        index = before(self._starts, at) - 1
+        if index < 0:
+            return at
+        mask_end = self._starts[index] + len(SECRET_MASK)
+        masked_start, masked_end = self._stretches[index]
+        if at < mask_end or (not start and at == mask_end):
+            return masked_start if start else masked_end
+        return at - mask_end + masked_end
 
 
 def _apply(
