@@ -15,18 +15,37 @@ The schema is 2020-12 with ``additionalProperties: false`` at every object level
 bounds come from ``annotated_types`` metadata (``MaxLen``, ``Ge``, ``Interval`` …);
 parameter descriptions come from the Google/NumPy/reST docstring. A parameter
 annotated ``ToolContext`` is injected by the runtime and stays out of the schema.
+
+The runtime calls the tool with the validated JSON arguments converted into the
+annotated types: Enum members, dataclass instances (their defaults filling what was
+left out), tuples, sets and frozensets, through ``Optional``/unions, lists and maps; a
+TypedDict stays a dict. The converters are built once, at decoration, and only for the
+parameters that need one: a tool whose parameters are all plain JSON types is called
+as it is.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import inspect
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Final, Literal, get_args, get_origin, get_type_hints
+from typing import (
+    Annotated,
+    Any,
+    ClassVar,
+    Final,
+    Literal,
+    NotRequired,
+    Required,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
 import annotated_types as at
 import docstring_parser
@@ -39,7 +58,8 @@ from toolkernel.definition import (
     RetryPolicy,
     ToolDefinition,
 )
-from toolkernel.errors import DefinitionError
+from toolkernel.errors import DefinitionError, ToolSignal
+from toolkernel.schema import CompiledSchema, compile_schema
 
 __all__ = [
     "NO_NUL",
@@ -78,18 +98,26 @@ WorkspacePath = Annotated[str, WORKSPACE_PATH, at.MaxLen(4096)]
 
 @dataclass(frozen=True, slots=True)
 class FunctionTool:
-    """A definition bound to the Python callable that implements it."""
+    """A definition bound to the Python callable that implements it.
+
+    ``function`` is what the runtime calls with the validated JSON arguments: the
+    decorated function itself, or, when a parameter's type needs it, a wrapper that
+    converts those arguments into the annotated types first. ``wrapped`` is then the
+    decorated function. Calling the ``FunctionTool`` calls the decorated function,
+    without conversion.
+    """
 
     definition: ToolDefinition
     function: Callable[..., Any]
     context_parameter: str | None = None
+    wrapped: Callable[..., Any] | None = None
 
     @property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.function)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.function(*args, **kwargs)
+        return (self.wrapped or self.function)(*args, **kwargs)
 
 
 def tool(
@@ -147,7 +175,11 @@ def tool(
         if concurrency_group is not None:
             data["concurrencyGroup"] = str(concurrency_group)
         definition = ToolDefinition.from_dict(data)
-        return FunctionTool(definition, function, context_parameter)
+        converters = _argument_converters(function, tool_name=name)
+        if not converters:
+            return FunctionTool(definition, function, context_parameter)
+        handler = _converting(function, converters, tool_name=name)
+        return FunctionTool(definition, handler, context_parameter, wrapped=function)
 
     return decorate
 
@@ -168,6 +200,12 @@ def schema_from_function(
                 tool_name,
                 f"inputSchema.properties.{parameter.name}",
                 "*args and **kwargs cannot be described by a strict schema",
+            )
+        if parameter.kind is parameter.POSITIONAL_ONLY:
+            raise DefinitionError(
+                tool_name,
+                f"inputSchema.properties.{parameter.name}",
+                "a positional-only parameter cannot be passed by name; drop the '/'",
             )
         annotation = hints.get(parameter.name)
         if annotation is None:
@@ -257,8 +295,8 @@ def _schema_for(annotation: Any, *, tool_name: str, where: str) -> dict[str, Any
             "minItems": len(args),
             "maxItems": len(args),
         }
-    if origin in (dict, Mapping):
-        key, value = get_args(annotation) or (str, Any)
+    if origin in (dict, Mapping) or annotation in (dict, Mapping):
+        key, value = get_args(annotation) or (str, Any)  # a bare dict: dict[str, Any]
         if key is not str:
             raise DefinitionError(tool_name, where, "mapping keys must be str")
         return {"type": "object", "additionalProperties": _item(value, tool_name, where)}
@@ -281,15 +319,17 @@ def _union(annotation: Any, *, tool_name: str, where: str) -> dict[str, Any]:
 
 
 def _record(annotation: Any, *, tool_name: str, where: str) -> dict[str, Any]:
-    hints = get_type_hints(annotation, include_extras=True)
+    hints = _record_fields(annotation)
     if dataclasses.is_dataclass(annotation):
         required = [
             f.name
             for f in dataclasses.fields(annotation)
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            if f.name in hints
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
         ]
     else:
-        required = sorted(getattr(annotation, "__required_keys__", ()))
+        required = _required_keys(annotation)
     return {
         "type": "object",
         "additionalProperties": False,
@@ -299,6 +339,57 @@ def _record(annotation: Any, *, tool_name: str, where: str) -> dict[str, Any]:
         },
         "required": required,
     }
+
+
+def _required_keys(typed_dict: Any) -> list[str]:
+    """The TypedDict's required keys. ``__required_keys__`` follows ``total=`` but, on
+    Python 3.11, misses ``Required``/``NotRequired`` written as strings (``from
+    __future__ import annotations``), so a qualifier on the key decides first."""
+    hints = get_type_hints(typed_dict, include_extras=True)
+    default: frozenset[str] = getattr(typed_dict, "__required_keys__", frozenset())
+    return sorted(
+        key
+        for key, hint in hints.items()
+        if _qualifier(hint) is Required or (_qualifier(hint) is None and key in default)
+    )
+
+
+def _qualifier(hint: Any) -> Any:
+    origin = get_origin(hint)
+    if origin in _QUALIFIERS:
+        return origin
+    if origin is Annotated:
+        return _qualifier(get_args(hint)[0])
+    return None
+
+
+def _record_fields(annotation: Any) -> dict[str, Any]:
+    """The keys of a TypedDict or the constructor fields of a dataclass, with their
+    types, without the ``Required``/``NotRequired`` that only say which keys are
+    required (``_required_keys``)."""
+    hints = get_type_hints(annotation, include_extras=True)
+    if dataclasses.is_dataclass(annotation):
+        skipped = {f.name for f in dataclasses.fields(annotation) if not f.init}
+        return {
+            key: hint
+            for key, hint in hints.items()
+            if key not in skipped and hint is not ClassVar and get_origin(hint) is not ClassVar
+        }
+    return {key: _unqualified(hint) for key, hint in hints.items()}
+
+
+_QUALIFIERS: Final = frozenset({Required, NotRequired})
+
+
+def _unqualified(hint: Any) -> Any:
+    """``hint`` without a TypedDict key qualifier, also inside ``Annotated``."""
+    if get_origin(hint) in _QUALIFIERS:
+        return _unqualified(get_args(hint)[0])
+    if get_origin(hint) is Annotated:
+        base, *metadata = get_args(hint)
+        if get_origin(base) in _QUALIFIERS:
+            return Annotated[(_unqualified(base), *metadata)]
+    return hint
 
 
 _BOUNDS: Final = {
@@ -338,3 +429,206 @@ def _apply_metadata(schema: dict[str, Any], item: Any) -> None:
             schema["maxItems" if is_array else "maxLength"] = item.max_length
     elif isinstance(item, at.Predicate | at.Timezone):
         pass  # no JSON Schema equivalent; enforced by the function itself if at all
+
+
+# Arguments into the annotated types. Each converter takes a JSON value that already
+# passed validation; None stands for "no conversion needed", so that plain parameters
+# cost nothing per call.
+
+_Convert = Callable[[Any], Any]
+
+
+def _argument_converters(
+    function: Callable[..., Any], *, tool_name: str
+) -> tuple[tuple[str, _Convert], ...]:
+    """The parameters whose JSON value needs converting, each with its converter."""
+    hints = get_type_hints(function, include_extras=True)
+    converters: list[tuple[str, _Convert]] = []
+    for name in inspect.signature(function).parameters:
+        annotation = hints[name]
+        if annotation is ToolContext or _is_whole_number(annotation):
+            continue  # dispatch already turns a top-level 1.0 into 1
+        where = f"inputSchema.properties.{name}"
+        convert = _converter(annotation, tool_name=tool_name, where=where)
+        if convert is not None:
+            converters.append((name, convert))
+    return tuple(converters)
+
+
+def _is_whole_number(annotation: Any) -> bool:
+    """``int``, ``int | None``, bare or ``Annotated``: what dispatch's
+    ``integer_parameters`` converts at the top level."""
+    annotation = _bare(annotation)
+    if get_origin(annotation) in (typing.Union, types.UnionType):
+        options = {_bare(a) for a in get_args(annotation)}
+        return int in options and options <= {int, type(None)}
+    return annotation is int
+
+
+def _bare(annotation: Any) -> Any:
+    return get_args(annotation)[0] if get_origin(annotation) is Annotated else annotation
+
+
+def _converting(
+    function: Callable[..., Any],
+    converters: tuple[tuple[str, _Convert], ...],
+    *,
+    tool_name: str,
+) -> Callable[..., Any]:
+    """``function`` behind a wrapper that converts its arguments; async stays async."""
+
+    def convert(arguments: dict[str, Any]) -> None:
+        for name, converter in converters:
+            if name in arguments:
+                try:
+                    arguments[name] = converter(arguments[name])
+                except ToolSignal:
+                    raise  # raised on purpose, e.g. by a dataclass's __post_init__
+                except Exception as exc:
+                    raise TypeError(
+                        f"{tool_name}: argument '{name}' could not be converted to "
+                        f"{_type_name(get_type_hints(function, include_extras=True)[name])}"
+                    ) from exc
+
+    if inspect.iscoroutinefunction(function):
+
+        @functools.wraps(function)
+        async def call_async(**arguments: Any) -> Any:
+            convert(arguments)
+            return await function(**arguments)
+
+        return call_async
+
+    @functools.wraps(function)
+    def call(**arguments: Any) -> Any:
+        convert(arguments)
+        return function(**arguments)
+
+    return call
+
+
+def _type_name(annotation: Any) -> str:
+    return annotation.__name__ if isinstance(annotation, type) else repr(annotation)
+
+
+def _converter(annotation: Any, *, tool_name: str, where: str) -> _Convert | None:
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _converter(get_args(annotation)[0], tool_name=tool_name, where=where)
+    if annotation is int:
+        return _whole
+    if annotation in _SCALARS or annotation is Any:
+        return None
+    if origin is Literal:
+        return _literal(get_args(annotation))
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return annotation
+    if origin in (typing.Union, types.UnionType):
+        return _union_converter(get_args(annotation), tool_name=tool_name, where=where)
+    if origin in (list, Sequence, set, frozenset) or annotation in (list, tuple):
+        (item,) = get_args(annotation) or (Any,)
+        convert = _converter(item, tool_name=tool_name, where=f"{where}.items")
+        if origin in (set, frozenset):
+            _check_hashable(item, tool_name=tool_name, where=f"{where}.items")
+            return _collection(origin, convert)
+        if annotation is tuple:
+            return tuple
+        return None if convert is None else _collection(list, convert)
+    if origin is tuple:
+        return _tuple_converter(get_args(annotation), tool_name=tool_name, where=where)
+    if origin in (dict, Mapping):
+        (_, value) = get_args(annotation) or (str, Any)
+        convert = _converter(value, tool_name=tool_name, where=f"{where}.items")
+        return None if convert is None else functools.partial(_map, convert)
+    if typing.is_typeddict(annotation) or dataclasses.is_dataclass(annotation):
+        return _record_converter(annotation, tool_name=tool_name, where=where)
+    return None
+
+
+def _whole(value: Any) -> Any:
+    """JSON Schema counts ``1.0`` as an integer; an ``int`` parameter gets ``1``."""
+    return int(value) if type(value) is float and value.is_integer() else value
+
+
+def _literal(options: tuple[Any, ...]) -> _Convert | None:
+    members = {o.value: o for o in options if isinstance(o, enum.Enum)}
+    if not members:
+        return None
+    return lambda value: members.get(value, value)
+
+
+def _collection(kind: Callable[[Any], Any], convert: _Convert | None) -> _Convert:
+    if convert is None:
+        return kind
+    return lambda value: kind(convert(item) for item in value)
+
+
+def _map(convert: _Convert, value: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: convert(item) for key, item in value.items()}
+
+
+def _tuple_converter(args: tuple[Any, ...], *, tool_name: str, where: str) -> _Convert:
+    if len(args) == 2 and args[1] is Ellipsis:
+        return _collection(tuple, _converter(args[0], tool_name=tool_name, where=where))
+    positions = [_converter(a, tool_name=tool_name, where=f"{where}.items") for a in args]
+    if all(p is None for p in positions):
+        return tuple
+    return lambda value: tuple(
+        item if convert is None else convert(item)
+        for convert, item in zip(positions, value, strict=True)
+    )
+
+
+def _union_converter(args: tuple[Any, ...], *, tool_name: str, where: str) -> _Convert | None:
+    """The first option whose schema the value fits converts it, as validation read it."""
+    converters = [_converter(a, tool_name=tool_name, where=where) for a in args]
+    if all(c is None for c in converters):
+        return None
+    options: list[tuple[CompiledSchema, _Convert | None]] = [
+        (compile_schema(_schema_for(a, tool_name=tool_name, where=where)), c)
+        for a, c in zip(args, converters, strict=True)
+    ]
+
+    def convert(value: Any) -> Any:
+        for schema, option in options:
+            if schema.is_valid(value):
+                return value if option is None else option(value)
+        raise ValueError("the value fits none of the union's options")
+
+    return convert
+
+
+def _record_converter(annotation: Any, *, tool_name: str, where: str) -> _Convert | None:
+    converters = {
+        key: _converter(hint, tool_name=tool_name, where=f"{where}.{key}")
+        for key, hint in _record_fields(annotation).items()
+    }
+    fields = tuple((key, c) for key, c in converters.items() if c is not None)
+    if typing.is_typeddict(annotation):
+        return functools.partial(_convert_fields, fields) if fields else None
+    return lambda value: annotation(**_convert_fields(fields, value))
+
+
+def _convert_fields(
+    fields: tuple[tuple[str, _Convert], ...], value: Mapping[str, Any]
+) -> dict[str, Any]:
+    result = dict(value)
+    for key, convert in fields:
+        if key in result:
+            result[key] = convert(result[key])
+    return result
+
+
+def _check_hashable(annotation: Any, *, tool_name: str, where: str) -> None:
+    """Set items become set members: refuse, at decoration, types that cannot be."""
+    annotation = _bare(annotation)
+    origin = get_origin(annotation) or annotation
+    unhashable = (
+        origin in (list, dict, set, Mapping, Sequence)
+        or typing.is_typeddict(annotation)
+        or (isinstance(annotation, type) and annotation.__hash__ is None)
+    )
+    if unhashable:
+        raise DefinitionError(
+            tool_name, where, f"set items must be hashable; {_type_name(annotation)} is not"
+        )

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Any, ClassVar, Literal, NotRequired, Required, TypedDict
 
 import pytest
 from annotated_types import Ge, Interval, Le, MaxLen, MinLen
@@ -159,6 +161,30 @@ class Window(TypedDict):
     end: int
 
 
+class Sparse(TypedDict):
+    a: int
+    b: NotRequired[str]
+    c: Annotated[NotRequired[str], MaxLen(5)]
+
+
+class Partial(TypedDict, total=False):
+    a: Required[int]
+    b: str
+
+
+class Extended(Partial):
+    c: int
+    d: NotRequired[int]
+
+
+@dataclasses.dataclass
+class Counter:
+    start: int
+    step: int = 1
+    total: int = dataclasses.field(init=False, default=0)
+    instances: ClassVar[int] = 0
+
+
 def test_decorator_derives_a_strict_schema_from_hints_and_docstring():
     @tool("demo.derive", idempotent=True)
     def derive(
@@ -268,3 +294,71 @@ def test_provider_name_collisions_are_refused_at_registration(tmp_path):
             kernel.register({**base, "name": "repo__search.all"}, handler=lambda: 2)
         assert kernel.registry.find("repo__search.all") is None
         kernel.register({**base, "name": "repo.search__all", "version": "2.0"}, handler=lambda: 3)
+
+
+@pytest.mark.parametrize(
+    ("typed_dict", "required", "keys"),
+    [
+        (Sparse, ["a"], ["a", "b", "c"]),
+        (Partial, ["a"], ["a", "b"]),
+        (Extended, ["a", "c"], ["a", "b", "c", "d"]),
+    ],
+)
+def test_typed_dict_required_and_not_required_keys_respect_total(
+    typed_dict: Any, required: list[str], keys: list[str]
+):
+    def typed(options: Any) -> None:
+        """Typed."""
+
+    typed.__annotations__["options"] = typed_dict  # a module-level class, not a string
+    schema = tool("demo.typed")(typed).definition.input_schema["properties"]["options"]
+    assert schema["required"] == required
+    assert sorted(schema["properties"]) == keys
+    assert schema["properties"]["b"] == {"type": "string"}
+
+
+def test_a_qualified_typed_dict_key_keeps_its_annotated_bounds():
+    @tool("demo.sparse")
+    def sparse(options: Sparse) -> None:
+        """Sparse."""
+
+    assert sparse.definition.input_schema["properties"]["options"]["properties"]["c"] == {
+        "type": "string",
+        "maxLength": 5,
+    }
+
+
+def test_a_dataclass_schema_lists_only_its_constructor_fields():
+    @tool("demo.counter")
+    def counter(counter: Counter) -> None:
+        """Counter."""
+
+    schema = counter.definition.input_schema["properties"]["counter"]
+    assert sorted(schema["properties"]) == ["start", "step"]
+    assert schema["required"] == ["start"]
+
+
+def test_a_positional_only_parameter_is_refused_naming_it():
+    def positional(x: int, /, y: int) -> None:
+        """Positional."""
+
+    with pytest.raises(DefinitionError) as info:
+        tool("demo.positional")(positional)
+    assert info.value.field == "inputSchema.properties.x"
+    assert "positional-only" in info.value.problem
+
+
+def test_a_bare_dict_is_an_object_with_any_values_like_a_bare_list():
+    @tool("demo.bare")
+    def bare(
+        mapping: dict,  # type: ignore[type-arg]
+        view: Mapping,  # type: ignore[type-arg]
+        typed: dict[str, Any],
+        items: list,  # type: ignore[type-arg]
+    ) -> None:
+        """Bare."""
+
+    props = bare.definition.input_schema["properties"]
+    assert props["mapping"] == props["view"] == props["typed"]
+    assert props["mapping"] == {"type": "object", "additionalProperties": {}}
+    assert props["items"] == {"type": "array", "items": {}}

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import dataclasses
+from typing import Annotated, Any, Required, TypedDict
 
 import annotated_types as at
 import pytest
@@ -223,3 +224,114 @@ def test_a_definition_from_the_decorator_converts(tmp_path: Any) -> None:
     strict = openai_strict_schema(definition.input_schema)
     assert strict["required"] == ["key", "text", "times", "pair"]
     assert strict["properties"]["times"]["type"] == ["integer", "null"]
+
+
+@dataclasses.dataclass
+class Filter:
+    pattern: str
+    limit: int = 10
+
+
+class FilterDict(TypedDict, total=False):
+    pattern: Required[str]
+    limit: int
+
+
+def test_null_optional_fields_inside_optional_records_are_dropped() -> None:
+    @tool("t.search")
+    def search(
+        query: str,
+        filter: Filter | None = None,
+        typed: FilterDict | None = None,
+        filters: list[Filter] | None = None,
+    ) -> None:
+        """Search."""
+
+    schema = search.definition.input_schema
+    spelled = {
+        "query": "x",
+        "filter": {"pattern": "foo", "limit": None},
+        "typed": {"pattern": "bar", "limit": None},
+        "filters": [{"pattern": "a", "limit": None}, {"pattern": "b", "limit": 3}],
+    }
+    strict = openai_strict_schema(schema)
+    assert compile_schema(strict).is_valid(spelled)
+    stripped = strip_strict_nulls(schema, spelled)
+    assert stripped == {
+        "query": "x",
+        "filter": {"pattern": "foo"},
+        "typed": {"pattern": "bar"},
+        "filters": [{"pattern": "a"}, {"pattern": "b", "limit": 3}],
+    }
+    assert compile_schema(schema).is_valid(stripped)
+    left_out = {"query": "x", "filter": None, "typed": None, "filters": None}
+    assert strip_strict_nulls(schema, left_out) == left_out  # null is a real value there
+
+
+def test_null_optional_fields_are_dropped_in_one_of_references_and_tuple_positions() -> None:
+    record = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"a": {"type": "string"}, "b": {"type": "integer"}},
+        "required": ["a"],
+    }
+    schema: dict[str, Any] = {
+        "type": "object",
+        "additionalProperties": False,
+        "$defs": {"Record": record},
+        "properties": {
+            "one": {"oneOf": [{"$ref": "#/$defs/Record"}, {"type": "string"}]},
+            "pair": {
+                "type": "array",
+                "prefixItems": [{"type": "integer"}, record],
+                "items": False,
+            },
+        },
+    }
+    spelled = {"one": {"a": "x", "b": None}, "pair": [1, {"a": "y", "b": None}]}
+    assert strip_strict_nulls(schema, spelled) == {"one": {"a": "x"}, "pair": [1, {"a": "y"}]}
+
+
+def test_nulls_in_choices_are_kept_when_a_branch_takes_them_or_the_branches_disagree() -> None:
+    def branch(*plain: str, nullable: str = "") -> dict[str, Any]:
+        properties: dict[str, Any] = {name: {"type": "integer"} for name in plain}
+        if nullable:
+            properties[nullable] = {"type": ["integer", "null"]}
+        return {"type": "object", "additionalProperties": False, "properties": properties}
+
+    takes_null = {"anyOf": [branch("n"), branch(nullable="n")]}
+    disagree = {"anyOf": [branch("n", nullable="m"), branch("m", nullable="n")]}
+    agree = {"anyOf": [branch("n"), branch("n", "m"), {"type": "string"}]}
+    schema = {
+        "type": "object",
+        "properties": {"takes_null": takes_null, "disagree": disagree, "agree": agree},
+    }
+    arguments = {
+        "takes_null": {"n": None},
+        "disagree": {"n": None, "m": None},
+        "agree": {"n": None},
+    }
+    assert strip_strict_nulls(schema, arguments) == {
+        "takes_null": {"n": None},
+        "disagree": {"n": None, "m": None},
+        "agree": {},
+    }
+
+
+def test_references_that_fan_out_or_loop_are_read_in_bounded_time() -> None:
+    record = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"a": {"type": "string"}, "next": {"$ref": "#/$defs/D0"}},
+    }
+    defs: dict[str, Any] = {
+        f"D{i}": {"anyOf": [{"$ref": f"#/$defs/D{i + 1}"}, {"$ref": f"#/$defs/D{i + 1}"}]}
+        for i in range(40)
+    }  # 2**40 paths through the branches
+    defs["D40"] = record
+    schema = {"type": "object", "properties": {"x": {"$ref": "#/$defs/D0"}}, "$defs": defs}
+    arguments = {"x": {"a": None, "next": {"a": "kept", "next": None}}}
+    assert strip_strict_nulls(schema, arguments) == {"x": {"next": {"a": "kept"}}}
+
+    defs["D40"] = {"anyOf": [{"$ref": "#/$defs/D0"}, record]}  # a branch that is itself
+    assert strip_strict_nulls(schema, arguments) == arguments  # unclear: kept as sent

@@ -209,44 +209,147 @@ def strip_strict_nulls(schema: Mapping[str, Any], arguments: Mapping[str, Any]) 
 
     A ``null`` is dropped where the property is optional and its real schema does not
     accept ``null``: strict mode made it nullable, so ``null`` can only mean omission.
-    Every other value is kept as the model sent it.
+    Every other value is kept as the model sent it. Inside ``anyOf``/``oneOf`` the
+    value is read against the branches it could belong to (its type, required keys and,
+    for closed objects, its keys): if one of them takes it as sent, or they disagree on
+    what to drop, nothing is dropped there. So an argument that is already valid
+    comes back unchanged.
 
     Args:
         schema: the tool's real input schema.
         arguments: the decoded arguments.
 
     Returns:
-        A copy of ``arguments`` without those nulls, nested objects included.
+        A copy of ``arguments`` without those nulls, nested objects, arrays and
+        ``anyOf``/``oneOf`` branches included.
     """
     defs = schema.get("$defs")
-    return _strip_object(schema, arguments, defs if isinstance(defs, Mapping) else {})
+    return _Stripper(defs if isinstance(defs, Mapping) else {}).object(schema, arguments)
 
 
-def _strip_object(
-    schema: Mapping[str, Any], value: Mapping[str, Any], defs: Mapping[str, Any]
-) -> dict[str, Any]:
-    properties = schema.get("properties")
-    if not isinstance(properties, Mapping):
-        return dict(value)
-    required = schema.get("required") or ()
-    result: dict[str, Any] = {}
-    for key, item in value.items():
-        sub = _resolve(properties.get(key), defs)
-        if item is None and key not in required and not _accepts_null(sub, defs):
-            continue
-        result[key] = _strip_value(sub, item, defs)
-    return result
+class _Stripper:
+    """One ``strip_strict_nulls``. Only ``anyOf``/``oneOf`` can lead back to the same
+    value, so their answers are kept per (schema node, value node): references that
+    loop, or branch into the same definitions many times, cost at most the schema's size
+    times the arguments' size, and a question met again while it is being answered gets
+    the answer that keeps values as sent."""
 
+    __slots__ = ("_holds", "_nullable", "_stripped", "defs")
 
-def _strip_value(schema: Any, value: Any, defs: Mapping[str, Any]) -> Any:
-    if not isinstance(schema, Mapping):
-        return value
-    if isinstance(value, Mapping):
-        return _strip_object(schema, value, defs)
-    items = _resolve(schema.get("items"), defs)
-    if isinstance(value, list) and isinstance(items, Mapping):
-        return [_strip_value(items, element, defs) for element in value]
-    return value
+    def __init__(self, defs: Mapping[str, Any]) -> None:
+        self.defs = defs
+        self._stripped: dict[tuple[int, int], Any] = {}
+        self._holds: dict[tuple[int, int], bool] = {}
+        self._nullable: dict[int, bool] = {}
+
+    def object(self, schema: Mapping[str, Any], value: Mapping[str, Any]) -> dict[str, Any]:
+        properties = schema.get("properties")
+        if not isinstance(properties, Mapping):
+            return dict(value)
+        required = schema.get("required") or ()
+        result: dict[str, Any] = {}
+        for key, item in value.items():
+            sub = _resolve(properties.get(key), self.defs)
+            if item is None and key not in required and not self.accepts_null(sub):
+                continue
+            result[key] = self.value(sub, item)
+        return result
+
+    def value(self, schema: Any, value: Any) -> Any:
+        schema = _resolve(schema, self.defs)
+        if not isinstance(schema, Mapping):
+            return value
+        if isinstance(value, Mapping):
+            if isinstance(schema.get("properties"), Mapping):
+                return self.object(schema, value)
+        elif isinstance(value, list):
+            if isinstance(schema.get("items"), Mapping) or isinstance(
+                schema.get("prefixItems"), list
+            ):
+                return self.array(schema, value)
+        else:
+            return value  # a scalar has nothing to drop
+        choices = schema.get("anyOf", schema.get("oneOf"))
+        if not isinstance(choices, list):
+            return dict(value) if isinstance(value, Mapping) else value
+        key = (id(schema), id(value))
+        if key not in self._stripped:
+            self._stripped[key] = value
+            self._stripped[key] = self.choice(choices, value)
+        return self._stripped[key]
+
+    def array(self, schema: Mapping[str, Any], value: list[Any]) -> list[Any]:
+        positions = schema.get("prefixItems")
+        positions = positions if isinstance(positions, list) else []
+        items = schema.get("items")
+        return [
+            self.value(positions[i] if i < len(positions) else items, element)
+            for i, element in enumerate(value)
+        ]
+
+    def choice(self, choices: list[Any], value: Any) -> Any:
+        """``value`` read against the branches that could hold it; unchanged unless
+        they all agree on what to drop and none of them takes it as sent."""
+        candidates: list[Any] = []
+        for choice in choices:
+            branch = _resolve(choice, self.defs)
+            if not self.could_hold(branch, value):
+                continue
+            stripped = self.value(branch, value)
+            if stripped == value:
+                return stripped
+            if stripped not in candidates:
+                candidates.append(stripped)
+        if len(candidates) == 1:
+            return candidates[0]
+        return dict(value) if isinstance(value, Mapping) else value
+
+    def could_hold(self, branch: Any, value: Any) -> bool:
+        """Whether ``value`` (an object or an array) might be an instance of
+        ``branch``; errs on the side of yes, which only ever keeps values as sent."""
+        if not isinstance(branch, Mapping):
+            return branch is not False
+        if "const" in branch and branch["const"] != value:
+            return False
+        if isinstance(branch.get("enum"), list) and value not in branch["enum"]:
+            return False
+        kinds = _types(branch)
+        if isinstance(value, Mapping):
+            if kinds and "object" not in kinds:
+                return False
+            if any(key not in value for key in branch.get("required") or ()):
+                return False
+            if branch.get("additionalProperties") is False and "patternProperties" not in branch:
+                properties = branch.get("properties")
+                declared = properties if isinstance(properties, Mapping) else {}
+                if any(key not in declared for key in value):
+                    return False
+        elif kinds and "array" not in kinds:
+            return False
+        choices = branch.get("anyOf", branch.get("oneOf"))
+        if not isinstance(choices, list):
+            return True
+        key = (id(branch), id(value))
+        if key not in self._holds:
+            self._holds[key] = True
+            self._holds[key] = any(self.could_hold(_resolve(c, self.defs), value) for c in choices)
+        return self._holds[key]
+
+    def accepts_null(self, schema: Any) -> bool:
+        schema = _resolve(schema, self.defs)
+        if not isinstance(schema, Mapping):
+            return schema is not False  # no schema, or `true`, accepts anything
+        if "null" in _types(schema) or schema.get("const", ...) is None:
+            return True
+        if None in (schema.get("enum") or ()):
+            return True
+        choices = schema.get("anyOf", schema.get("oneOf"))
+        if not isinstance(choices, list):
+            return not {"type", "enum", "const", "$ref"} & schema.keys()
+        if id(schema) not in self._nullable:
+            self._nullable[id(schema)] = True
+            self._nullable[id(schema)] = any(self.accepts_null(c) for c in choices)
+        return self._nullable[id(schema)]
 
 
 def _resolve(schema: Any, defs: Mapping[str, Any]) -> Any:
@@ -258,14 +361,4 @@ def _resolve(schema: Any, defs: Mapping[str, Any]) -> Any:
 
 
 def _accepts_null(schema: Any, defs: Mapping[str, Any]) -> bool:
-    schema = _resolve(schema, defs)
-    if not isinstance(schema, Mapping):
-        return schema is not False  # no schema, or `true`, accepts anything
-    if "null" in _types(schema) or schema.get("const", ...) is None:
-        return True
-    if None in (schema.get("enum") or ()):
-        return True
-    choices = schema.get("anyOf", schema.get("oneOf"))
-    if isinstance(choices, list):
-        return any(_accepts_null(c, defs) for c in choices)
-    return not {"type", "enum", "const", "$ref"} & schema.keys()
+    return _Stripper(defs).accepts_null(schema)
