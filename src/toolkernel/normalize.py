@@ -14,8 +14,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, is_dataclass
+from dataclasses import fields as dataclass_fields
+from datetime import date, datetime, time
+from enum import Enum
 from typing import Any, Final
+from uuid import UUID
 
 from toolkernel.arguments import DEFAULT_MAX_DEPTH
 from toolkernel.artifacts import ArtifactStore
@@ -72,7 +76,15 @@ def normalize(outcome: Outcome, fin: Finishing) -> Outcome:
         return _contract_violation(outcome, fin, why, shown=f"Its {why}.")
     try:
         fin.encoded = canonical_json(outcome.output)
-    except (TypeError, ValueError):
+    except TypeError:
+        # Not plain JSON: what has one obvious JSON form (a dataclass, an Enum, a set,
+        # a UUID, a datetime, a pydantic model) gets it; anything else is refused.
+        try:
+            outcome.output = _jsonable(outcome.output, MAX_OUTPUT_DEPTH)
+            fin.encoded = canonical_json(outcome.output)
+        except (TypeError, ValueError):
+            return _contract_violation(outcome, fin, "output is not JSON-serializable")
+    except ValueError:
         return _contract_violation(outcome, fin, "output is not JSON-serializable")
     validator = fin.tool.output_validator
     if (
@@ -85,6 +97,44 @@ def normalize(outcome: Outcome, fin: Finishing) -> Outcome:
     if not outcome.message:
         outcome.message = f"{name} succeeded." if outcome.status is Status.SUCCEEDED else ""
     return outcome
+
+
+def _jsonable(value: Any, depth: int) -> Any:
+    """``value`` with the types that have one obvious JSON form converted to it.
+
+    Raises:
+        ValueError: nested deeper than ``depth`` once converted.
+    """
+    if type(value) in _SCALARS:
+        return value
+    if depth <= 0:
+        raise ValueError("nested too deeply")
+    if isinstance(value, Enum):
+        return _jsonable(value.value, depth)
+    if isinstance(value, dict):
+        return {
+            key if isinstance(key, str) else _jsonable(key, depth): _jsonable(item, depth - 1)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_jsonable(item, depth - 1) for item in value]
+    if isinstance(value, set | frozenset):
+        items = [_jsonable(item, depth - 1) for item in value]
+        try:
+            return sorted(items)  # a set has no order: give it a stable one
+        except TypeError:
+            return items
+    if is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name) for f in dataclass_fields(value)}
+        return _jsonable(fields, depth)
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    dump = getattr(value, "model_dump", None)  # pydantic v2 models
+    if callable(dump) and not isinstance(value, type):
+        return _jsonable(dump(mode="json"), depth)
+    return value  # left for the encoder to refuse
 
 
 def _nested_deeper(value: Any, limit: int) -> bool:

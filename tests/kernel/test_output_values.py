@@ -1,0 +1,98 @@
+"""Tool output that is not plain JSON but has one obvious JSON form gets that form."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import uuid
+from datetime import UTC, datetime
+
+import pydantic
+import pytest
+
+from toolkernel.codes import ErrorCode, Status
+from toolkernel.functions import tool
+
+pytestmark = pytest.mark.anyio
+
+
+class Mode(enum.Enum):
+    FAST = "fast"
+    SAFE = "safe"
+
+
+@dataclasses.dataclass
+class Query:
+    text: str
+    mode: Mode = Mode.SAFE
+    tags: frozenset[str] = frozenset()
+
+
+class Hit(pydantic.BaseModel):
+    path: str
+    line: int
+
+
+async def test_dataclasses_enums_sets_uuids_times_and_models_become_json(kernel_factory):
+    ident = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+    @tool("repo.odd")
+    def odd() -> object:
+        """Return values with a JSON form."""
+        return {
+            "query": Query("x", tags=frozenset({"b", "a"})),
+            "mode": Mode.FAST,
+            "ids": {3, 1, 2},
+            "id": ident,
+            "at": when,
+            "hits": [Hit(path="src/a.py", line=3)],
+            "pair": (1, Mode.SAFE),
+        }
+
+    kernel = kernel_factory()
+    kernel.register(odd)
+    result = await kernel.call(kernel.start_run(), "repo.odd", {})
+    assert result.status is Status.SUCCEEDED
+    assert result.structured_output == {
+        "query": {"text": "x", "mode": "safe", "tags": ["a", "b"]},
+        "mode": "fast",
+        "ids": [1, 2, 3],
+        "id": "12345678-1234-5678-1234-567812345678",
+        "at": "2026-01-02T03:04:05+00:00",
+        "hits": [{"path": "src/a.py", "line": 3}],
+        "pair": [1, "safe"],
+    }
+
+
+async def test_a_tool_can_return_the_dataclass_it_was_given(kernel_factory):
+    @tool("repo.echo")
+    def echo(query: Query) -> Query:
+        """Return the query."""
+        assert isinstance(query, Query)
+        return query
+
+    kernel = kernel_factory()
+    kernel.register(echo)
+    result = await kernel.call(
+        kernel.start_run(), "repo.echo", {"query": {"text": "x", "mode": "fast"}}
+    )
+    assert result.status is Status.SUCCEEDED
+    assert result.structured_output == {"text": "x", "mode": "fast", "tags": []}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"\x00\xff", object(), {"k": [object()]}],
+    ids=["bytes", "object", "nested-object"],
+)
+async def test_what_has_no_json_form_is_still_an_output_contract_violation(kernel_factory, value):
+    @tool("repo.raw")
+    def raw() -> object:
+        """Return something JSON cannot carry."""
+        return value
+
+    kernel = kernel_factory()
+    kernel.register(raw)
+    result = await kernel.call(kernel.start_run(), "repo.raw", {})
+    assert result.error_code is ErrorCode.OUTPUT_CONTRACT_VIOLATION
