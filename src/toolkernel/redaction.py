@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import bisect
 import codecs
+import json
 import re
 import string
 import urllib.parse
@@ -346,7 +347,7 @@ class Redactor:
                 stack.append((_LEAVE, id(source), depth))
             if isinstance(source, dict):
                 for key, item in source.items():
-                    key = text(key if type(key) is str else str(key), counts)
+                    key = text(key if type(key) is str else _json_key(key), counts)
                     kind = type(item)
                     if kind is str:
                         target[key] = text(item, counts)
@@ -756,3 +757,10 @@ def _cut_point(text: str, start: int, end: int, hold: int, max_line: int) -> int
     if begin != -1 and text.find("-----END", begin, cut) == -1 and end - begin <= max_line:
         cut = text.rfind("\n", start, begin) + 1 or start
     return cut
+
+
+def _json_key(key: Any) -> str:
+    """A non-string key as JSON writes it (``True`` → ``"true"``, ``None`` → ``"null"``)."""
+    if key is None or isinstance(key, bool | float):
+        return json.dumps(key)
+    return str(key)

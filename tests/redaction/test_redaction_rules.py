@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import base64
+import json
 import urllib.parse
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from toolkernel.canonical import canonical_json
 from toolkernel.redaction import HOST_PATH_MASK, SECRET_MASK, Redactor
 
 # Fake secrets in the documented shapes, assembled so no scanner flags this file.
@@ -197,3 +199,10 @@ def test_json_like_values_are_redacted_keys_included(redactor):
     assert GITHUB not in repr(out)
     assert out["nested"]["p"] == HOST_PATH_MASK
     assert counts["github-token"] == 2
+
+
+def test_non_string_keys_read_as_json_writes_them(redactor):
+    # The model sees the same keys as the ledger's canonical JSON of the output.
+    for value in ({True: 1, False: 2}, {None: 3}, {1.5: 4, 7.0: 5}, {7: 6}):
+        assert redactor.redact(value, Counter()) == json.loads(canonical_json(value))
+    assert list(redactor.redact({True: 1, None: 2}, Counter())) == ["true", "null"]
