@@ -144,7 +144,8 @@ CATALOG: Final[dict[ErrorCode, CodeInfo]] = {
     ErrorCode.DUPLICATE_CALL_ID: CodeInfo(
         _IA,
         False,
-        "Another call with the id '{id}' is still open in this run. Give each call its own id.",
+        "Another call in this turn, or still open in this run, has the id '{id}'. "
+        "Give each call its own id.",
     ),
     ErrorCode.NON_FINITE_NUMBER: CodeInfo(
         _IA,

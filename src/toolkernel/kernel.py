@@ -29,7 +29,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -129,6 +129,14 @@ class _Admitted:
     started_at: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class _Finished:
+    """A dispatched call's result and its events (PROGRESS, RESULT), to write in order."""
+
+    result: ToolCallResult
+    events: list[NewEvent]
+
+
 @dataclass(slots=True)
 class _Duplicate:
     """A call whose idempotency key is already running: it waits, then shares the result.
@@ -203,6 +211,12 @@ class _Journal:
                     request.tool_call_id, code, tool=request.tool_name
                 )
                 _settle(self._inflight, request, entry, result)
+
+    def release_keys(self) -> None:
+        """Free the idempotency keys this batch claimed, once their results are stored
+        (until then a duplicate finds the entry, not a missing index)."""
+        for request, entry in self.held:
+            _release(self._inflight, request, entry)
 
     def flush(self, *, durable: bool = False) -> None:
         """Hand the events to the ledger; with ``durable``, wait until they are stored."""
@@ -390,11 +404,16 @@ class Kernel:
         if budget.max_cost is None and budget.max_calls is None and not policy.rate_limits:
             return
         now = time.time()
-        for event in self.ledger.events(run.id):
-            if event.type is EventType.TOOL_CALL_STARTED:
-                name = str(event.payload.get("toolName", ""))
-                ago_s = now - _epoch_s(event.payload.get("startedAt"), default=now)
-                run.meter.charge(name, budget.cost_of(name), rate_keys(policy, name), ago_s=ago_s)
+        started = sorted(  # by start: a READ_ONLY call's STARTED is stored with its RESULT
+            (
+                _epoch_s(event.payload.get("startedAt"), default=now),
+                str(event.payload.get("toolName")),
+            )
+            for event in self.ledger.events(run.id)
+            if event.type is EventType.TOOL_CALL_STARTED
+        )
+        for at, name in started:
+            run.meter.charge(name, budget.cost_of(name), rate_keys(policy, name), ago_s=now - at)
 
     def list_available(self, ctx: RunContext) -> list[ToolDefinition]:
         """The tools a run in ``ctx`` may see now (no ledger event; see ``expose``)."""
@@ -455,8 +474,22 @@ class Kernel:
         as in ``call``.
         """
         results: list[ToolCallResult] = []
+        # An id repeated in the turn is refused even when the segments run one after
+        # the other, and the first call with it is long finished.
+        seen: set[str] = set()
+        repeats: set[int] = set()
+        for position, call in enumerate(calls):
+            if call.tool_call_id in seen:
+                repeats.add(position)
+            elif call.tool_call_id:
+                seen.add(call.tool_call_id)
+        offset = 0
         for exclusive, batch in _segments(self.registry, calls):
-            results.extend(await self._run_batch(run, batch, exclusive, on_progress, approver))
+            repeated = {position - offset for position in repeats}
+            results.extend(
+                await self._run_batch(run, batch, exclusive, on_progress, approver, repeated)
+            )
+            offset += len(batch)
         return results
 
     def call_sync(
@@ -496,12 +529,15 @@ class Kernel:
         exclusive: bool,
         on_progress: ProgressListener | None,
         approver: Approver | None = None,
+        repeats: Collection[int] = (),
     ) -> list[ToolCallResult]:
         # An id already open in the run would make its calls indistinguishable (in the
         # ledger, to cancel_call): a repeat is refused, the first keeps the id.
         named: list[str] = []
-        repeated: set[int] = set()
+        repeated = set(repeats)
         for index, call in enumerate(batch):
+            if index in repeated:
+                continue
             if call.tool_call_id and (
                 call.tool_call_id in named or run.has_call(call.tool_call_id)
             ):
@@ -523,19 +559,21 @@ class Kernel:
                 else await self._admit(run, call, journal, approver)
                 for index, call in enumerate(batch)
             ]
-            outcomes: list[Outcome | ToolCallResult | None] = [None] * len(admissions)
+            finished: list[_Finished | None] = [None] * len(admissions)
 
             async def execute(index: int, admitted: _Admitted | _Duplicate) -> None:
                 if isinstance(admitted, _Duplicate):
                     if not admitted.in_batch:
                         await admitted.inflight.wait()
-                        outcomes[index] = admitted.inflight.result
                     return
                 await run.acquire_read_slot()
                 try:
-                    outcomes[index] = await self._execute(run, admitted, on_progress)
+                    outcome = await self._execute(run, admitted, on_progress)
                 finally:
                     run.reads.release()
+                # Finished at once, not with the batch: a duplicate of its key that
+                # waits in another batch may be what that batch waits for.
+                finished[index] = self._finish(admitted, outcome)
 
             pending = [
                 (i, a) for i, a in enumerate(admissions) if not isinstance(a, ToolCallResult)
@@ -547,7 +585,7 @@ class Kernel:
                     for index, admitted in pending:
                         group.start_soon(execute, index, admitted)
             results = [
-                self._conclude(admission, outcomes[i], journal)
+                self._conclude(admission, finished[i], journal)
                 for i, admission in enumerate(admissions)
             ]
             # The result of a call that changed something is stored before it returns.
@@ -559,6 +597,7 @@ class Kernel:
             try:
                 journal.flush()  # what was decided before an error is still recorded
             finally:
+                journal.release_keys()  # their results are in the ledger now
                 run.gate.release(exclusive)
                 for call_id in journal.call_ids:  # calls a cancellation cut short too
                     self._received.pop(call_id, None)
@@ -683,18 +722,13 @@ class Kernel:
             run.calls.pop(call_id, None)
             run.token.release(token)
 
-    def _conclude(
-        self, admission: _Admission, outcome: Outcome | ToolCallResult | None, journal: _Journal
-    ) -> ToolCallResult:
-        """normalize → artifactize → redact → RESULT, for calls that were dispatched."""
-        if isinstance(admission, ToolCallResult):
-            return admission
-        if isinstance(admission, _Duplicate):
-            # Concluded in model order: an in-batch original has settled by now.
-            shared = outcome if isinstance(outcome, ToolCallResult) else admission.inflight.result
-            return self._share(admission, shared, journal)
-        assert isinstance(outcome, Outcome)
-        tool, request = admission.tool, admission.request
+    def _finish(self, admitted: _Admitted, outcome: Outcome) -> _Finished:
+        """normalize → artifactize → redact: the result and its events, not yet written.
+
+        A waiting duplicate of the call's idempotency key gets the result now; the key
+        stays claimed until the batch has stored it (``_Journal.release_keys``).
+        """
+        tool, request = admitted.tool, admitted.request
         finishing = Finishing(tool, request.tool_call_id, self.artifacts, self.redactor)
         for process in self.processors:
             outcome = process(outcome, finishing)
@@ -705,24 +739,38 @@ class Kernel:
             safe_message=outcome.message,
             structured_output=outcome.output,
             artifacts=outcome.artifacts,
-            usage=Usage(outcome.attempts, outcome.duration_ms, admission.decision.cost),
-            started_at=admission.started_at,
+            usage=Usage(outcome.attempts, outcome.duration_ms, admitted.decision.cost),
+            started_at=admitted.started_at,
             retryable=outcome.retryable,
             redactions=tuple(finishing.redactions),
         )
         key = request.idempotency_key
         index = (tool.name, key) if key and result.status in _RECORDABLE else None
         payload = _result_payload(request, result, tool.definition.version)
-        payload["flaggedForReview"] = admission.decision.audit
+        payload["flaggedForReview"] = admitted.decision.audit
         if outcome.internal:
             payload["internal"] = outcome.internal
-        journal.write(admission.progress)
-        journal.write(
-            [NewEvent(EventType.TOOL_CALL_RESULT, payload, request.tool_call_id, index_key=index)]
-        )
-        _settle(self._inflight, request, admission.inflight, result)
+        events = [
+            *admitted.progress,
+            NewEvent(EventType.TOOL_CALL_RESULT, payload, request.tool_call_id, index_key=index),
+        ]
+        # Not recorded under the key (cancelled, timed out): the next call runs anew.
+        _settle(self._inflight, request, admitted.inflight, result, release=index is None)
         self._finished(request, result, tool.definition.version)
-        return result
+        return _Finished(result, events)
+
+    def _conclude(
+        self, admission: _Admission, finished: _Finished | None, journal: _Journal
+    ) -> ToolCallResult:
+        """The call's RESULT, written in model order."""
+        if isinstance(admission, ToolCallResult):
+            return admission
+        if isinstance(admission, _Duplicate):
+            # Concluded in model order: an in-batch original has settled by now.
+            return self._share(admission, admission.inflight.result, journal)
+        assert finished is not None  # every admitted call was executed and finished
+        journal.write(finished.events)
+        return finished.result
 
     # -- pieces of the pipeline -------------------------------------------------------
 
@@ -731,10 +779,17 @@ class Kernel:
     ) -> tuple[RegisteredTool, ValidationResult] | ToolCallResult:
         """Lookup, exposure, argument parsing and validation: no side effects."""
         call_id, name = request.tool_call_id, request.tool_name
-        version = request.tool_version
-        if version is None and run.exposed is not None:
-            version = run.exposed.get(name)  # the one the model was shown, not a newer one
-        tool = self.registry.find(name, version)
+        shown = run.exposed.get(name) if run.exposed is not None else None
+        # Without a version (providers send none), the one the model was shown, not one
+        # registered since; an explicit version (a program's choice) needs the name only.
+        tool = self.registry.find(name, request.tool_version or shown)
+        if tool is None and request.tool_version is None and shown is not None:
+            tool = self.registry.find(name)  # the shown one is gone: list the tools again
+            if tool is not None:
+                available = self._names(run, besides=name)
+                return ToolCallResult.from_code(
+                    call_id, ErrorCode.TOOL_NOT_EXPOSED, tool=name, available=available
+                )
         if tool is None:
             return self._unknown(run, name, request.tool_version).with_(tool_call_id=call_id)
         if not self._is_exposed(run, tool):
@@ -1043,13 +1098,13 @@ class Kernel:
     def _is_exposed(self, run: Run, tool: RegisteredTool) -> bool:
         if tool.name not in self._projection(run):
             return False
-        return run.exposed is None or run.exposed.get(tool.name) == tool.definition.version
+        return run.exposed is None or tool.name in run.exposed
 
-    def _names(self, run: Run) -> str:
+    def _names(self, run: Run, *, besides: str = "") -> str:
         names = self._projection(run)
         if run.exposed is not None:
             names = names & run.exposed.keys()
-        return ", ".join(sorted(names)) or "none"
+        return ", ".join(sorted(names - {besides})) or "none"
 
     def _load_configured_tools(self) -> None:
         for module_name in self.config.tool_modules:
@@ -1162,13 +1217,23 @@ def _settle(
     request: ToolCallRequest,
     inflight: _Inflight | None,
     result: ToolCallResult,
+    *,
+    release: bool = True,
 ) -> None:
+    """Give waiting duplicates ``result``; with ``release``, free the key too."""
     if inflight is None:
         return
+    inflight.settle(result)
+    if release:
+        _release(inflight_map, request, inflight)
+
+
+def _release(
+    inflight_map: dict[tuple[str, str], _Inflight], request: ToolCallRequest, inflight: _Inflight
+) -> None:
     key = (request.tool_name, str(request.idempotency_key))
     if inflight_map.get(key) is inflight:  # a later call may hold the key by now
         del inflight_map[key]
-    inflight.settle(result)
 
 
 def _writes(definition: ToolDefinition) -> bool:

@@ -56,6 +56,7 @@ class Run:
         # Proposed and not started yet (being admitted, waiting for approval or for its
         # turn): the reason it was cancelled meanwhile, or None.
         self._waiting: dict[str, ErrorCode | None] = {}
+        self._open: set[str] = set()  # proposed and not finished: its RESULT is not written
         self.projection_cache: tuple[Any, frozenset[str]] | None = None
 
     @property
@@ -101,12 +102,13 @@ class Run:
         return False
 
     def has_call(self, tool_call_id: str) -> bool:
-        """Whether a call with this id is proposed or running and not yet finished."""
-        return tool_call_id in self._waiting or tool_call_id in self.calls
+        """Whether a call with this id was proposed and its batch has not finished it."""
+        return tool_call_id in self._open
 
     def proposed(self, tool_call_id: str) -> None:
         """The kernel has the call (from now ``cancel_call`` reaches it)."""
         self._waiting.setdefault(tool_call_id, None)
+        self._open.add(tool_call_id)
 
     def cancelled_before_start(self, tool_call_id: str) -> ErrorCode | None:
         """Why the call, or the whole run, was cancelled before it started, if it was."""
@@ -123,6 +125,7 @@ class Run:
         """The call is over, run or refused: nothing about it is kept."""
         self.calls.pop(tool_call_id, None)
         self._waiting.pop(tool_call_id, None)
+        self._open.discard(tool_call_id)
 
 
 class _ReadWriteGate:

@@ -163,12 +163,15 @@ async def test_a_call_gets_the_version_the_model_was_shown_not_a_newer_one(kerne
     kernel.expose(run)
     kernel.register({**base, "version": "2.0"}, handler=lambda: "two")
     assert (await kernel.call(run, "repo.count")).structured_output == "one"
-    newer = await kernel.call(run, "repo.count", version="2.0")
-    assert newer.error_code is ErrorCode.TOOL_NOT_EXPOSED
     kernel.expose(run)
     assert (await kernel.call(run, "repo.count")).structured_output == "two"
-    older = await kernel.call(run, "repo.count", version="1.0")
-    assert older.error_code is ErrorCode.TOOL_NOT_EXPOSED
+    # A program may still pick a version on purpose.
+    assert (await kernel.call(run, "repo.count", version="1.0")).structured_output == "one"
+    # The shown version withdrawn: the model is told to look again, not handed another.
+    kernel.unregister("repo.count", "2.0")
+    gone = await kernel.call(run, "repo.count")
+    assert gone.error_code is ErrorCode.TOOL_NOT_EXPOSED
+    assert "repo.count" not in gone.safe_message.split("Available tools:")[1]
 
 
 def test_listeners_hear_of_every_tool_registered_or_withdrawn_until_they_stop(

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import time
+
 import anyio
 import pytest
 
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.context import ToolContext
+from toolkernel.dispatch import Outcome
 from toolkernel.functions import tool
 from toolkernel.kernel import Kernel
 from toolkernel.ledger import EventType
+from toolkernel.normalize import DEFAULT_CHAIN, Finishing
 from toolkernel.replay import RecordedResults, exchanges
 from toolkernel.run import ToolCall
 
@@ -168,3 +172,64 @@ async def test_a_call_reusing_the_id_of_a_running_call_is_refused_and_the_first_
     ]
     report = kernel.ledger.verify()
     assert report.ok
+
+
+async def test_an_id_stays_taken_until_its_result_is_written(kernel_factory):
+    # The tool has returned but its batch is still finishing a sibling: the id is not
+    # free yet, so a concurrent call with it is refused and replay pairs correctly.
+    finishing_sibling = anyio.Event()
+
+    def slow_sibling(outcome: Outcome, finishing: Finishing) -> Outcome:
+        if finishing.tool.name == "other.read":
+            finishing_sibling.set()
+            time.sleep(0.2)  # blocks the loop: the second call is admitted right after
+        return outcome
+
+    @tool("other.read", idempotent=True)
+    async def other() -> str:
+        """Something else."""
+        await anyio.sleep(0.01)
+        return "other"
+
+    kernel = kernel_factory(processors=(*DEFAULT_CHAIN, slow_sibling))
+    kernel.register(other)
+    run = kernel.start_run()
+    out = {}
+
+    async def first() -> None:
+        out["first"] = await kernel.call_many(
+            run,
+            [
+                ToolCall("repo.lookup", {"query": "A"}, tool_call_id="X"),
+                ToolCall("other.read", {}, tool_call_id="Y"),
+            ],
+        )
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(first)
+        await finishing_sibling.wait()
+        out["second"] = await kernel.call(run, "repo.lookup", {"query": "C"}, tool_call_id="X")
+    assert out["second"].error_code is ErrorCode.DUPLICATE_CALL_ID
+    pairs = {
+        x.arguments["query"]: x.result.status
+        for x in exchanges(kernel.ledger, run.id)
+        if x.tool_call_id == "X"
+    }
+    assert pairs == {"A": Status.SUCCEEDED, "C": Status.INVALID_ARGUMENTS}
+
+
+async def test_an_id_repeated_in_one_turn_is_refused_even_for_calls_that_run_alone(
+    kernel_factory, calls
+):
+    kernel = kernel_factory('[run]\nprofile = "workspace-write"\n[[exposure]]\ntools = ["*"]\n')
+    run = kernel.start_run()
+    results = await kernel.call_many(
+        run,
+        [
+            ToolCall("file.write", {"path": "src/a.py", "text": "1"}, tool_call_id="w"),
+            ToolCall("file.write", {"path": "src/a.py", "text": "2"}, tool_call_id="w"),
+            ToolCall("repo.lookup", {"query": "q"}, tool_call_id="r"),
+        ],
+    )
+    assert [r.error_code for r in results] == [None, ErrorCode.DUPLICATE_CALL_ID, None]
+    assert calls.count == {"file.write": 1, "repo.lookup": 1}

@@ -12,14 +12,17 @@ import anyio
 import pytest
 from annotated_types import Ge
 
+from toolkernel.approval import ApprovalDecision, ApprovalRequest
 from toolkernel.calls import ToolCallResult
 from toolkernel.canonical import canonical_json
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.context import ToolContext
 from toolkernel.definition import RetryPolicy
+from toolkernel.dispatch import Outcome
 from toolkernel.errors import ToolFailed
 from toolkernel.functions import tool
 from toolkernel.ledger import EventType
+from toolkernel.normalize import DEFAULT_CHAIN, Finishing
 from toolkernel.run import ToolCall
 from toolkernel.testing import event_types
 
@@ -661,3 +664,103 @@ async def test_a_cancelled_error_the_tool_raises_itself_is_a_tool_error(kernel_f
     ]
     assert len(tracebacks) == 2
     assert all("CancelledError" in t for t in tracebacks)
+
+
+def test_a_key_stays_claimed_until_its_result_is_stored(kernel_factory):
+    # The key's result is known before the batch stores it (a sibling is still being
+    # finished): a duplicate arriving then on another thread shares it, it does not
+    # find the key free with nothing recorded and run the tool again.
+    ran = []
+    paid = threading.Event()
+
+    @tool("pay.read", idempotent=True)
+    def pay(amount: int) -> str:
+        """Pay (counted)."""
+        ran.append(amount)
+        return "paid"
+
+    @tool("other.read", idempotent=True)
+    def other() -> str:
+        """Something else."""
+        return "other"
+
+    def slow_sibling(outcome: Outcome, finishing: Finishing) -> Outcome:
+        if finishing.tool.name == "pay.read":
+            paid.set()
+        elif finishing.tool.name == "other.read":
+            time.sleep(0.3)
+        return outcome
+
+    kernel = kernel_factory(processors=(*DEFAULT_CHAIN, slow_sibling))
+    kernel.register(pay)
+    kernel.register(other)
+    turn = [ToolCall("pay.read", {"amount": 5}, idempotency_key="K"), ToolCall("other.read", {})]
+    batch = threading.Thread(
+        target=lambda: anyio.run(kernel.call_many, kernel.start_run(), turn), daemon=True
+    )
+    batch.start()
+    assert paid.wait(5)
+    late = kernel.call_sync(kernel.start_run(), "pay.read", {"amount": 5}, idempotency_key="K")
+    batch.join(5)
+    assert late.status is Status.SUCCEEDED
+    assert late.structured_output == "paid"
+    assert ran == [5]
+
+
+async def test_batches_holding_each_others_keys_do_not_wait_for_each_other(kernel_factory):
+    # Run 1 holds K1 and waits for a human before K2; run 2 holds K2 and repeats K1.
+    # Each call's result goes to the duplicates as soon as it is there, not when its
+    # whole batch ends, so neither batch waits for the other.
+    release = anyio.Event()
+
+    async def human(request: ApprovalRequest) -> ApprovalDecision:
+        await release.wait()
+        return ApprovalDecision(True, "human")
+
+    @tool("a.read", idempotent=True)
+    async def read_a(q: str) -> str:
+        """A."""
+        return "a" + q
+
+    @tool("b.read", idempotent=True)
+    async def read_b(q: str) -> str:
+        """B."""
+        return "b" + q
+
+    kernel = kernel_factory(
+        '[run]\nprofile = "full"\n[policy]\nnetwork = "ask"\n[[exposure]]\ntools = ["*"]\n',
+        approver=human,
+    )
+    kernel.register(read_a)
+    kernel.register(read_b)
+    first, second = kernel.start_run(), kernel.start_run()
+    out = {}
+
+    async def one() -> None:
+        out[1] = await kernel.call_many(
+            first,
+            [
+                ToolCall("a.read", {"q": "x"}, idempotency_key="K1"),
+                ToolCall("web.fetch", {"url": "https://example.org"}),
+                ToolCall("b.read", {"q": "x"}, idempotency_key="K2"),
+            ],
+        )
+
+    async def two() -> None:
+        await anyio.sleep(0.05)  # run 1 waits for the human, holding K1
+        out[2] = await kernel.call_many(
+            second,
+            [
+                ToolCall("b.read", {"q": "x"}, idempotency_key="K2"),
+                ToolCall("a.read", {"q": "x"}, idempotency_key="K1"),
+            ],
+        )
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            group.start_soon(one)
+            group.start_soon(two)
+            await anyio.sleep(0.2)
+            release.set()
+    assert [r.structured_output for r in out[2]] == ["bx", "ax"]
+    assert [r.status for r in out[1]] == [Status.SUCCEEDED] * 3
