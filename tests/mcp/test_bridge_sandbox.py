@@ -237,3 +237,33 @@ async def test_a_policy_file_a_workspace_sandboxed_server_creates_is_removed(
         assert str(workspace) not in result.safe_message
     assert ordinary.status is Status.SUCCEEDED
     assert Path(layout["new"]).read_text() == "touched"
+
+
+async def test_policy_files_a_workspace_sandboxed_server_plants_deeper_are_removed(
+    workspace, tmp_path
+):
+    """A runtime started in a subdirectory reads the toolkernel.toml there: one the
+    server creates at any depth goes too, and one it changes gets its content back."""
+    kernel = _kernel_configured_elsewhere(workspace, tmp_path)
+    (workspace / "sub").mkdir()
+    nested = workspace / "sub" / "toolkernel.toml"
+    kept = workspace / "kept" / "toolkernel.toml"
+    kept.parent.mkdir()
+    kept.write_text("# the team's own\n")
+    try:
+        with anyio.fail_after(60):
+            async with McpBridge(kernel, [files_server(sandbox="workspace")]) as bridge:
+                await bridge.connect_all()
+                run = kernel.start_run()
+                during = await kernel.call(run, "fx.touch", {"path": str(nested)})
+                assert not nested.exists()
+                kept.write_text("[policy]\n")  # as a server's background thread could
+                between = await kernel.call(run, "fx.echo", {"message": "hi"})
+                assert kept.read_text() == "# the team's own\n"
+    finally:
+        kernel.close()
+    for result in (during, between):
+        assert result.status is Status.CANCELLED
+        assert str(result.error_code) == "POLICY_VIOLATION"
+    assert "sub/toolkernel.toml" in during.safe_message
+    assert "kept/toolkernel.toml" in between.safe_message

@@ -58,6 +58,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mappin
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self, TextIO
 
@@ -88,7 +89,8 @@ from toolkernel.mcp.sandboxed import SANDBOX_ENV, sandboxed_argv
 from toolkernel.mcp.servers import ServerConfig
 from toolkernel.mcp.streams import FilteredReadStream
 from toolkernel.run import Run
-from toolkernel.tools.planted import PolicySnapshot
+from toolkernel.tools.adapter import config_files
+from toolkernel.tools.planted import Planted, PolicySnapshot
 
 if TYPE_CHECKING:  # the SDK's stream protocols, for annotations only (a private module)
     from mcp.client._transport import ReadStream, TransportStreams
@@ -522,15 +524,19 @@ class McpBridge:
         self._held: dict[tuple[str, str], Admission] = {}
         self._reported: set[tuple[str, str, str]] = set()
         self._group: anyio.abc.TaskGroup | None = None
-        # Policy files absent when the bridge opened: while a server with the
-        # workspace writable runs, whatever appears there is removed (planted.py).
+        # The workspace's policy files when the bridge opened: while a server with the
+        # workspace writable runs, any it creates, at any depth, is removed and any it
+        # changes is put back, before and after each of its calls (planted.py).
         self._policy = PolicySnapshot({})
+        self._policy_listing: Callable[[], tuple[Path, ...]] | None = None
 
     async def __aenter__(self) -> Self:
         if any(config.sandbox == "workspace" for config in self.servers.values()):
-            self._policy = PolicySnapshot.take(
-                self.kernel.policy_files, self.kernel.guard.workspace, existing=()
-            )
+            workspace = self.kernel.guard.workspace
+            listing = partial(config_files, workspace, self.kernel.config.sandbox.get("rg"))
+            existing = await anyio.to_thread.run_sync(listing)
+            self._policy = PolicySnapshot.take(self.kernel.policy_files, workspace, existing)
+            self._policy_listing = listing
         self._group = anyio.create_task_group()
         await self._group.__aenter__()
         for name, config in self.servers.items():
@@ -560,8 +566,17 @@ class McpBridge:
         # The body's own exception propagates as it is, not wrapped in a group.
         await self._group.__aexit__(None, None, None)
         with anyio.CancelScope(shield=True):  # the servers are gone: nothing recreates it
-            await self._policy.restore_async()
+            planted = await self._restore_policy(True)
+        if planted:
+            names = ", ".join(str(path) for path in planted.found)
+            _log.warning("a server with the workspace writable changed %s; undone", names)
         return None
+
+    async def _restore_policy(self, watched: bool) -> Planted:
+        """Undo what servers with the workspace writable did to any toolkernel.toml."""
+        if not watched or self._policy_listing is None:
+            return Planted()
+        return await self._policy.restore_async(self._policy_listing)
 
     # -- admission ------------------------------------------------------------------
 
@@ -754,15 +769,15 @@ class McpBridge:
         )
         # A server with the workspace writable cannot be given a read-only policy file
         # that does not exist; one it creates is removed, before or after a call of it.
-        watched = self._policy if connection.config.sandbox == "workspace" else PolicySnapshot({})
-        planted = await watched.restore_async()
+        watched = connection.config.sandbox == "workspace"
+        planted = await self._restore_policy(watched)
         if planted:
             raise planted.violation(f"A server of {name}", self.kernel.guard.workspace)
         try:
             result = await self._send(name, client, connection, request, progress)
         finally:
             with anyio.CancelScope(shield=True):
-                planted = await watched.restore_async()
+                planted = await self._restore_policy(watched)
         if planted:
             raise planted.violation(name, self.kernel.guard.workspace)
         return _to_output(

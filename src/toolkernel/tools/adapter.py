@@ -32,6 +32,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
@@ -71,6 +72,7 @@ __all__ = [
     "Sandbox",
     "SandboxAdapter",
     "SandboxSettings",
+    "config_files",
     "protected_paths",
     "sandbox_for",
     "write_protected",
@@ -404,10 +406,7 @@ class Sandbox:
     async def _restore(self, snapshot: PolicySnapshot | None) -> Planted:
         if snapshot is None:
             return Planted()
-        rg = self.settings.rg
-        return await anyio.to_thread.run_sync(
-            lambda: snapshot.restore(_config_files(self.workspace, rg))
-        )
+        return await snapshot.restore_async(partial(config_files, self.workspace, self.settings.rg))
 
     async def _run(
         self,
@@ -652,7 +651,7 @@ def write_protected(config: Config, workspace: Path, rg: str | None = None) -> t
     return tuple(protected)
 
 
-def _config_files(workspace: Path, rg: str | None) -> tuple[Path, ...]:
+def config_files(workspace: Path, rg: str | None) -> tuple[Path, ...]:
     """Every ``toolkernel.toml`` in the workspace now (the runtime's state excluded)."""
     return tuple(
         workspace / name

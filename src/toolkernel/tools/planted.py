@@ -16,7 +16,7 @@ import logging
 import os
 import shutil
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,12 +133,14 @@ class PolicySnapshot:
                 left.append(path)
         return Planted(tuple(found), tuple(left))
 
-    async def restore_async(self) -> Planted:
-        """``restore`` of the snapshot's own files, in a worker thread (a planted tree
-        can be large)."""
-        if not self.files:
+    async def restore_async(self, listing: Callable[[], Iterable[Path]] | None = None) -> Planted:
+        """``restore`` in a worker thread (a planted tree can be large), with ``listing``
+        giving the policy files there now (without, the snapshot's own are checked)."""
+        if listing is None and not self.files:
             return Planted()
-        return await anyio.to_thread.run_sync(self.restore)
+        return await anyio.to_thread.run_sync(
+            lambda: self.restore(() if listing is None else listing())
+        )
 
 
 def _read(path: Path) -> bytes | None:
