@@ -9,6 +9,7 @@ tools or for error codes the definition lists, with exponential backoff.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import queue
 import threading
 import time
@@ -127,7 +128,12 @@ class NativeAdapter:
             # task that is cancelled abandons the future, as abandon_on_cancel does.
             loop = asyncio.get_running_loop()
             future = loop.create_future()
-            self._workers.submit(loop, future, partial(handler, **kwargs))
+            # In the caller's context variables (a trace context, the running call), as
+            # anyio's hop gives them: minus "asyncio is running here", which is not so
+            # in the worker (the tool may start an event loop of its own).
+            context = contextvars.copy_context()
+            context.run(sniffio.current_async_library_cvar.set, None)
+            self._workers.submit(loop, future, partial(context.run, handler, **kwargs))
             return await future
         return await anyio.to_thread.run_sync(
             partial(handler, **kwargs), abandon_on_cancel=True, limiter=self._limiter

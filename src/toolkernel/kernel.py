@@ -30,6 +30,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -503,8 +504,8 @@ class Kernel:
 
         A run's concurrency gate belongs to one event loop at a time: threads that call
         ``call_sync`` at the same time need a run each (``start_run`` per thread).
-        Likewise a tool must not call the kernel on its own run (it would wait for
-        itself); give a nested call a run of its own.
+        A tool that calls the kernel on its own run gets UsageError (the call would
+        wait for itself); a nested call needs a run of its own.
         """
         return anyio.run(lambda: self.call(run, tool_name, arguments, **fields))
 
@@ -531,6 +532,11 @@ class Kernel:
         approver: Approver | None = None,
         repeats: Collection[int] = (),
     ) -> list[ToolCallResult]:
+        if _RUNNING.get() is run:
+            raise UsageError(
+                "a tool called the kernel on the run it is running in, which would wait "
+                "for itself; give the nested call a run of its own (kernel.start_run())"
+            )
         # An id already open in the run would make its calls indistinguishable (in the
         # ledger, to cancel_call): a repeat is refused, the first keeps the id.
         named: list[str] = []
@@ -716,9 +722,11 @@ class Kernel:
         adapter = self.adapters[admitted.tool.definition.execution_mode]
         arguments = admitted.request.arguments or {}
         invocation = Invocation(admitted.tool, arguments, make_context=make_context)
+        running = _RUNNING.set(run)  # seen by the tool, its threads included
         try:
             return await dispatch(adapter, invocation, token)
         finally:
+            _RUNNING.reset(running)
             run.calls.pop(call_id, None)
             run.token.release(token)
 
@@ -1151,6 +1159,9 @@ def _segments(registry: Registry, calls: Sequence[ToolCall]) -> list[tuple[bool,
     return segments
 
 
+# The run whose tool is running in this context: a tool that calls the kernel on it
+# would wait for itself (its batch holds the run's gate), so that is refused.
+_RUNNING: Final[ContextVar[Run | None]] = ContextVar("toolkernel_running", default=None)
 _RUN_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 
 _TEXT_FIELDS: Final = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import threading
 import time
@@ -764,3 +765,52 @@ async def test_batches_holding_each_others_keys_do_not_wait_for_each_other(kerne
             release.set()
     assert [r.structured_output for r in out[2]] == ["bx", "ax"]
     assert [r.status for r in out[1]] == [Status.SUCCEEDED] * 3
+
+
+CALLER_VALUE: contextvars.ContextVar[str] = contextvars.ContextVar("caller", default="unset")
+
+
+async def test_a_tool_calling_the_kernel_on_its_own_run_fails_instead_of_waiting(
+    kernel_factory,
+):
+    # Its batch holds the run: the nested call would wait for itself forever. A nested
+    # call on a run of its own works, and sync tools see the caller's context.
+    @tool("job.nested_async", mutating=True)
+    async def nested_async(ctx: ToolContext) -> str:
+        """Call the kernel on the same run."""
+        result = await ctx.kernel.call(ctx.run, "repo.lookup", {"query": "x"})
+        return str(result.status)
+
+    @tool("job.nested_sync", mutating=True)
+    def nested_sync(ctx: ToolContext) -> str:
+        """Call the kernel on the same run from a worker thread."""
+        return str(ctx.kernel.call_sync(ctx.run, "repo.lookup", {"query": "x"}).status)
+
+    @tool("job.own_run", mutating=True)
+    def own_run(ctx: ToolContext) -> str:
+        """Call the kernel on a run of its own."""
+        inner = ctx.kernel.start_run()
+        looked = ctx.kernel.call_sync(inner, "repo.lookup", {"query": "x"})
+        return f"{looked.status} {CALLER_VALUE.get()}"
+
+    kernel = kernel_factory(WRITER)
+    for nested in (nested_async, nested_sync, own_run):
+        kernel.register(nested)
+    run = kernel.start_run()
+    CALLER_VALUE.set("from the caller")
+    with anyio.fail_after(10):
+        results = [
+            await kernel.call(run, name, {})
+            for name in ("job.nested_async", "job.nested_sync", "job.own_run")
+        ]
+    assert [r.error_code for r in results[:2]] == [ErrorCode.TOOL_ERROR] * 2
+    assert results[2].structured_output == "SUCCEEDED from the caller"
+    tracebacks = [
+        e.payload["internal"]["traceback"]
+        for e in kernel.ledger.events(run.id)
+        if e.type is EventType.TOOL_CALL_RESULT and "internal" in e.payload
+    ]
+    assert all(
+        "UsageError: a tool called the kernel on the run it is running in" in t for t in tracebacks
+    )
+    assert len(tracebacks) == 2
