@@ -64,10 +64,14 @@ _BLOCK: Final = 1 << 16
 
 # An absolute POSIX path of two or more segments. The literal "/" comes first so that
 # ``re`` can skip to candidates quickly; the lookbehind then rejects a "/" that
-# continues a URL (``https://h/a/b``), a relative path (``src/a/b``) or a home path.
+# continues a URL (``https://h/a/b``: its first "/" cannot start a segment, the others
+# follow "/" or the host), a relative path (``src/a/b``) or a home path. A path after a
+# ":" (``PATH=/a/b:/c/d``, ``key:/etc/x``) is masked, and so is a ``file:///`` URI's.
 # Segments cannot hold "/", so the greedy match never backtracks: possessive
 # quantifiers give the same matches without sre's backtracking bookkeeping.
-_HOST_PATH: Final = re.compile(r"/(?<![\w.~/:%-]/)[\w.@+-]++/(?:[\w.@+-]++/)*+[\w.@+-]*+")
+_HOST_PATH: Final = re.compile(
+    r"/(?:(?<![\w.~/%-]/)|(?<=file:///))[\w.@+-]++/(?:[\w.@+-]++/)*+[\w.@+-]*+"
+)
 # Literal first for speed; the drive letter is checked by the lookbehind and masked too.
 _WINDOWS_PATH: Final = re.compile(
     r":\\(?<=(?<![\w/])[A-Za-z]:\\)(?:[^\\\s\"'<>|:*?]+\\)+[^\\\s\"'<>|:*?]*"

@@ -206,3 +206,23 @@ def test_non_string_keys_read_as_json_writes_them(redactor):
     for value in ({True: 1, False: 2}, {None: 3}, {1.5: 4, 7.0: 5}, {7: 6}):
         assert redactor.redact(value, Counter()) == json.loads(canonical_json(value))
     assert list(redactor.redact({True: 1, None: 2}, Counter())) == ["true", "null"]
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        (
+            "CLASSPATH=/opt/lib/a.jar:/home/alice/.ssh/id_rsa:/home/alice/b.jar",
+            f"CLASSPATH={HOST_PATH_MASK}:{HOST_PATH_MASK}:{HOST_PATH_MASK}",
+        ),
+        ("PATH=/usr/bin:/root/.cargo/bin", f"PATH={HOST_PATH_MASK}:{HOST_PATH_MASK}"),
+        ("key:/etc/ssl/private.pem", f"key:{HOST_PATH_MASK}"),
+        ("see file:///home/alice/notes.txt", f"see file://{HOST_PATH_MASK}"),
+        ("https://example.com/a/b/c", "https://example.com/a/b/c"),
+        ("http://host:8080/x/y and s3://bucket/k/v", "http://host:8080/x/y and s3://bucket/k/v"),
+        ("git@github.com:org/repo/x", "git@github.com:org/repo/x"),
+    ],
+)
+def test_host_paths_in_lists_and_file_uris_are_masked_and_urls_kept(redactor, text, shown):
+    out, _ = redacted(redactor, text)
+    assert out == shown
