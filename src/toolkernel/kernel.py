@@ -61,7 +61,7 @@ from toolkernel.functions import FunctionTool
 from toolkernel.ledger import EventType, GroupCommitLedger, Ledger, NewEvent, SqliteLedger
 from toolkernel.normalize import DEFAULT_CHAIN, Finishing, Processor, redaction_notices
 from toolkernel.pathguard import PathGuard
-from toolkernel.policy import Decision, authorize, rate_keys, spending_problem
+from toolkernel.policy import Decision, authorize, rate_keys
 from toolkernel.providers.names import provider_name
 from toolkernel.redaction import Redactor
 from toolkernel.registry import RegisteredTool, Registry
@@ -562,7 +562,7 @@ class Kernel:
             admissions = [
                 self._refuse_repeated_id(run, call, journal)
                 if index in repeated
-                else await self._admit(run, call, journal, approver)
+                else await self._admit(run, call, journal, approver, exclusive)
                 for index, call in enumerate(batch)
             ]
             finished: list[_Finished | None] = [None] * len(admissions)
@@ -614,7 +614,12 @@ class Kernel:
     # -- the pipeline ----------------------------------------------------------------
 
     async def _admit(
-        self, run: Run, call: ToolCall, journal: _Journal, approver: Approver | None = None
+        self,
+        run: Run,
+        call: ToolCall,
+        journal: _Journal,
+        approver: Approver | None = None,
+        exclusive: bool = False,
     ) -> _Admission:
         """REQUEST → lookup → parse → validate → idempotency → authorize → approval → STARTED."""
         received_ns = time.time_ns()
@@ -647,10 +652,11 @@ class Kernel:
                 events,
                 journal,
                 self.approver if approver is None else approver,
+                exclusive,
             )
-            if decision.allowed:  # other calls may have spent the budget meanwhile
-                policy = self.config.policy
-                decision = spending_problem(policy, name, decision.cost, run.meter) or decision
+            if decision.allowed:  # the run moved on while a human was asked: ask it again
+                again = self._authorize(run, tool, request, checked)
+                decision = decision if again.allowed else again
         cancelled = run.cancelled_before_start(call_id)
         if cancelled is not None:  # while it was admitted or a human was asked: never runs
             # Checked first: an approver that stopped waiting because of the cancel says
@@ -1037,8 +1043,13 @@ class Kernel:
         events: list[NewEvent],
         journal: _Journal,
         approver: Approver | None,
+        exclusive: bool,
     ) -> Decision:
-        """Hold the call for approval: APPROVAL_REQUESTED, then ``approver``'s answer."""
+        """Hold the call for approval: APPROVAL_REQUESTED, then ``approver``'s answer.
+
+        While the human thinks, the run's other calls go on: the batch steps aside from
+        the run's gate, and takes it back (in arrival order) before the call goes on.
+        """
         held = ApprovalRequest(
             run_id=run.id,
             tool_call_id=request.tool_call_id,
@@ -1058,7 +1069,8 @@ class Kernel:
                 _approval_required_message(tool.name, decision.approval_reasons),
             )
         try:
-            answer = await ask(approver, held)
+            async with run.gate.stepped_aside(exclusive):
+                answer = await ask(approver, held)
         except Exception as exc:  # noqa: BLE001 - a broken approver must not approve
             answer = ApprovalDecision(False, "error", f"approver failed: {type(exc).__name__}")
         kind = EventType.APPROVAL_GRANTED if answer.approved else EventType.APPROVAL_DENIED

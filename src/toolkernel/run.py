@@ -8,7 +8,8 @@ the model, and the lock that keeps non-read-only calls one at a time.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,6 +164,17 @@ class _ReadWriteGate:
             elif entry[1].is_set():
                 self.release(exclusive)  # granted while being cancelled: hand it on
             raise
+
+    @asynccontextmanager
+    async def stepped_aside(self, exclusive: bool) -> AsyncIterator[None]:
+        """Let other calls through while this holder waits (for a human), then take it
+        back, also when the wait is cancelled (the holder's own release comes later)."""
+        self.release(exclusive)
+        try:
+            yield
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.acquire(exclusive)
 
     def release(self, exclusive: bool) -> None:
         if exclusive:

@@ -225,6 +225,43 @@ async def test_a_call_cancelled_while_a_human_is_asked_never_runs(kernel_factory
     assert again.status is Status.SUCCEEDED
 
 
+async def test_a_call_waiting_for_a_human_does_not_hold_up_the_runs_other_calls(
+    kernel_factory, calls
+):
+    # An MCP client's session is one run: while its user thinks about a destructive
+    # call, reads and other writes of the session go on; the approved call runs after.
+    asked = anyio.Event()
+    answer = anyio.Event()
+
+    async def slow_human(request: ApprovalRequest) -> ApprovalDecision:
+        asked.set()
+        await answer.wait()
+        return ApprovalDecision(True, "human")
+
+    kernel = kernel_factory(
+        '[run]\nprofile = "workspace-write"\n[[exposure]]\ntools = ["*"]\n',
+        approver=slow_human,
+    )
+    run = kernel.start_run()
+    held: list[object] = []
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+
+            async def erase() -> None:
+                held.append(await kernel.call(run, "repo.reset", {}))
+
+            group.start_soon(erase)
+            await asked.wait()
+            read = await kernel.call(run, "repo.lookup", {"query": "q"})
+            write = await kernel.call(run, "file.write", {"path": "src/a.py", "text": "x"})
+            assert not held  # still waiting for the human
+            answer.set()
+    assert (read.status, write.status) == (Status.SUCCEEDED, Status.SUCCEEDED)
+    assert [r.status for r in held] == [Status.SUCCEEDED]
+    assert calls.count == {"repo.lookup": 1, "file.write": 1, "repo.reset": 1}
+    assert kernel.ledger.verify().ok
+
+
 async def test_network_denied_by_policy_is_refused(kernel_factory):
     kernel = kernel_factory(
         """
