@@ -455,9 +455,14 @@ def _ledger_show(args: argparse.Namespace) -> int:
 
 
 def print_ledger_table(events: Sequence[Any], out: TextIO | None = None) -> None:
-    """The ledger as the seed shows it: seq, event, tool, and a short summary."""
-    rows = [(str(e.seq), str(e.type), *_summary(e.payload)) for e in events]
-    _table(("SEQ", "EVENT", "TOOL", "SUMMARY"), rows, out=out)
+    """The ledger as the seed shows it: seq, event, tool, and a short summary. Events of
+    more than one run start with their run, or every run's seq 1 would look alike."""
+    header: tuple[str, ...] = ("SEQ", "EVENT", "TOOL", "SUMMARY")
+    rows: list[tuple[str, ...]] = [(str(e.seq), str(e.type), *_summary(e.payload)) for e in events]
+    if len({e.run_id for e in events}) > 1:
+        header = ("RUN", *header)
+        rows = [(e.run_id, *row) for e, row in zip(events, rows, strict=True)]
+    _table(header, rows, out=out)
 
 
 def _summary(payload: dict[str, Any]) -> tuple[str, str]:

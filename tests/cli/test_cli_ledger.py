@@ -89,3 +89,39 @@ def test_verify_names_calls_left_without_a_result(capsys, workspace):
     out = capsys.readouterr().out
     assert "run-cut call_cut: unfinished" in out
     assert "1 runs, 1 events, 1 unfinished calls: intact" in out
+
+
+def test_ledger_show_of_several_runs_says_which_run_each_event_is_in(capsys, workspace):
+    for run in ("run-a", "run-b"):
+        assert main(["call", "memory.read", "--run", run, "--workspace", str(workspace)]) == 0
+    capsys.readouterr()
+    assert ledger("show", workspace=workspace) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    assert header.split()[:2] == ["RUN", "SEQ"]
+    firsts = [row.split()[0] for row in rows if row.split()[1] == "1"]
+    assert firsts == ["run-a", "run-b"]
+    assert ledger("show", "--run", "run-b", workspace=workspace) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    assert header.split()[0] == "SEQ"  # one run: nothing to tell apart
+    assert all("run-a" not in row for row in rows)
+
+
+@pytest.mark.parametrize("payload", ["[1,2]", '"text"', "null", "not json"])
+@pytest.mark.parametrize("command", [["show"], ["replay"]], ids=lambda c: c[0])
+def test_reading_an_event_whose_payload_is_not_an_object_says_verify(
+    capsys, workspace, command, payload
+):
+    import sqlite3
+
+    assert main(["call", "memory.read", "--run", "run-a", "--workspace", str(workspace)]) == 0
+    with sqlite3.connect(workspace / ".toolkernel" / "ledger.db") as db:
+        db.execute("UPDATE events SET payload = ? WHERE type = 'TOOL_CALL_RESULT'", (payload,))
+    db.close()
+    capsys.readouterr()
+    assert ledger(*command, "--run", "run-a", workspace=workspace) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("LedgerError: ")
+    assert "cannot be decoded" in captured.err
+    assert "verify the ledger" in captured.err
+    assert ledger("verify", workspace=workspace) == 1
+    assert "bad_payload" in capsys.readouterr().out

@@ -408,6 +408,9 @@ def test_verify_is_ok_on_a_clean_ledger(ledger: Ledger) -> None:
     assert ledger.verify("run-b").events_checked == 1
 
 
+# JSON that Python's reader gives up on (RecursionError).
+_DEEP = "[" * 5000 + "]" * 5000
+
 # Well-formed, and not the hash of anything stored.
 _FORGED_HASH = "sha256:" + "5eed" * 16
 
@@ -437,6 +440,14 @@ _TAMPERING = {
         {"bad_payload"},
     ),
     "payload not JSON": ("UPDATE events SET payload = 'not json' WHERE seq = 2", {"bad_payload"}),
+    "payload not an object": (
+        "UPDATE events SET payload = '[1,2]' WHERE seq = 2",
+        {"bad_payload", "hash_mismatch"},
+    ),
+    "payload nested past the JSON reader": (
+        f"UPDATE events SET payload = '{_DEEP}' WHERE seq = 2",
+        {"bad_payload"},
+    ),
     "re-hashed edit": (
         f"UPDATE events SET hash = '{_FORGED_HASH}' WHERE seq = 2",
         {"hash_mismatch", "broken_link"},
@@ -475,12 +486,30 @@ def test_verify_of_one_run_ignores_damage_elsewhere(ledger: Ledger, backend: Bac
     assert [(p.run_id, p.kind) for p in ledger.verify().problems] == [("run-b", "head_mismatch")]
 
 
-def test_reading_an_undecodable_event_raises_ledger_error(ledger: Ledger, backend: Backend) -> None:
-    ledger.append("run-1", [request(1)])
-    backend.tamper("UPDATE events SET type = 'NOPE'")
+_UNDECODABLE = {
+    "unknown type": "UPDATE events SET type = 'NOPE'",
+    "payload not JSON": "UPDATE events SET payload = 'not json'",
+    "payload an array": "UPDATE events SET payload = '[1,2]'",
+    "payload a string": "UPDATE events SET payload = '\"text\"'",
+    "payload null": "UPDATE events SET payload = 'null'",
+    "payload nested past the JSON reader": f"UPDATE events SET payload = '{_DEEP}'",
+}
 
-    with pytest.raises(LedgerError):
+
+@pytest.mark.parametrize("change", sorted(_UNDECODABLE))
+def test_reading_an_undecodable_event_raises_ledger_error(
+    ledger: Ledger, backend: Backend, change: str
+) -> None:
+    """What ``verify`` reports as ``bad_payload`` is never handed to a reader as an
+    event: every payload a reader gets is an object (``Event.payload`` is a dict)."""
+    indexed = NewEvent(EventType.TOOL_CALL_REQUEST, {"n": 1}, "c1", index_key=("tool", "k"))
+    ledger.append("run-1", [indexed])
+    backend.tamper(_UNDECODABLE[change])
+
+    with pytest.raises(LedgerError, match="cannot be decoded"):
         ledger.events("run-1")
+    with pytest.raises(LedgerError, match="cannot be decoded"):
+        ledger.find_indexed("tool", "k")
 
 
 def test_appending_to_a_run_whose_head_is_gone_raises_and_stores_nothing(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import mcp_types as types
 import pytest
 from mcp import Client
@@ -185,3 +186,48 @@ def test_every_loopback_address_gets_host_and_origin_checks(host: str) -> None:
 
 def test_an_allowed_remote_address_is_served_without_a_host_list() -> None:
     assert _rebinding_guard("0.0.0.0") is None
+
+
+def test_requests_too_deep_or_too_long_for_json_readers_get_a_parse_error(
+    gateway: HttpGateway,
+) -> None:
+    """Over HTTP every POST gets a response: the SDK answers a body it cannot parse
+    (nesting past its limit, an integer longer than it takes) with 400 and a JSON-RPC
+    parse error, and the session goes on."""
+    headers = {"Accept": "application/json, text/event-stream"}
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"},
+        },
+    }
+    deep = "[" * 5000 + "]" * 5000
+    unreadable = [
+        '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"repo.search",'
+        f'"arguments":{{"query":"x","extra":{deep}}}}}}}',
+        '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fixture.steps",'
+        f'"arguments":{{"count":1{"0" * 5000}}}}}}}',
+    ]
+    with httpx.Client(timeout=WAIT_S) as client:
+        started = client.post(gateway.url, json=initialize, headers=headers)
+        headers["Mcp-Session-Id"] = started.headers["mcp-session-id"]
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        client.post(gateway.url, json=initialized, headers=headers)
+        answers = [
+            client.post(
+                gateway.url, content=body, headers={**headers, "Content-Type": "application/json"}
+            )
+            for body in unreadable
+        ]
+        ping = client.post(
+            gateway.url, json={"jsonrpc": "2.0", "id": 3, "method": "ping"}, headers=headers
+        )
+    for answer in answers:
+        assert answer.status_code == 400
+        assert answer.json()["error"]["code"] == types.PARSE_ERROR
+    assert ping.status_code == 200
+    assert '"id":3' in ping.text.replace(" ", "")

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,7 @@ from gateway_harness import (
 )
 
 from toolkernel.codes import ErrorCode, Status
-from toolkernel.ledger import EventType
+from toolkernel.ledger import EventType, SqliteLedger
 from toolkernel.mcp.gateway_render import PROJECTION_META, RUN_META
 
 # "legacy" speaks the initialize handshake (what Claude Code, Codex and Goose use);
@@ -431,3 +433,113 @@ def test_a_lone_surrogate_in_the_arguments_gets_an_answer(workspace: Path) -> No
     assert "could not be read" in answers[2]["error"]["message"]
     assert answers[3]["result"]["isError"] is False
     assert "result" in answers[5]  # still serving after the line it could not read
+
+
+def test_requests_too_deep_or_too_long_for_json_readers_get_an_answer(workspace: Path) -> None:
+    """Nested past Python's recursion limit, or an integer of more digits than Python
+    converts: the SDK's reader refuses the line, and so did the fallback that looked
+    for its id, so these requests went unanswered. The id found is the request's own,
+    never one inside ``params``."""
+    deep = "[" * 5000 + "]" * 5000
+    digits = "1" + "0" * 5000
+    sent = "".join(json.dumps(line) + "\n" for line in RAW_HANDSHAKE)
+    sent += (
+        '{"jsonrpc":"2.0","method":"tools/call","params":{"id":99,"name":"repo.search",'
+        f'"arguments":{{"query":"x","extra":{deep}}}}},"id":2}}\n'
+        '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"fixture.steps",'
+        f'"arguments":{{"count":{digits}}}}}}}\n'
+        f'{{"jsonrpc":"2.0","id":"four","method":"ping","params":{{"x":{deep}}}}}\n'
+        '{"jsonrpc":"2.0","id":5,"method":"ping"}\n'
+    )
+    answers = anyio.run(_answers_to, workspace, sent, {2, 3, "four", 5})
+    for request_id in (2, 3, "four"):
+        assert answers[request_id]["error"]["code"] == types.INVALID_REQUEST
+        assert "could not be read" in answers[request_id]["error"]["message"]
+    assert 99 not in answers
+    assert "result" in answers[5]  # still serving
+
+
+async def _answers_to(
+    workspace: Path, sent: str, expected: set[int | str]
+) -> dict[int | str, dict[str, Any]]:
+    """The gateway's answers to the raw lines ``sent``, once ``expected`` are all in."""
+    params = stdio_params(workspace)
+    with anyio.fail_after(WAIT_S):
+        async with await anyio.open_process(
+            [params.command, *params.args], env=params.env, cwd=params.cwd
+        ) as process:
+            assert process.stdin is not None
+            assert process.stdout is not None
+            await process.stdin.send(sent.encode())
+            buffered = b""
+            async for chunk in process.stdout:
+                buffered += chunk
+                lines = buffered.split(b"\n")[:-1]  # whole lines only
+                answers = {m.get("id"): m for m in map(json.loads, lines) if "id" in m}
+                if expected <= answers.keys():
+                    await process.stdin.aclose()
+                    return answers
+    raise AssertionError("no answer to the requests")
+
+
+def test_a_client_that_closes_stdout_stops_the_gateway_cleanly(workspace: Path) -> None:
+    """The client goes away (its end of our stdout closes) while stdin stays open: the
+    first answer that cannot be written ends the session, as the end of stdin does,
+    with exit 0 and one line saying why; the call still running ends CANCELLED."""
+    waiting = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "fixture.wait", "arguments": {}, "_meta": {"progressToken": "w"}},
+    }
+    sent = "".join(json.dumps(line) + "\n" for line in [*RAW_HANDSHAKE, waiting])
+    params = stdio_params(workspace)
+    # Popen, not anyio: closing anyio's stdout stream does not close the pipe.
+    process = subprocess.Popen(
+        [params.command, *params.args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=params.cwd,
+        env={**os.environ, **(params.env or {})},
+        bufsize=0,
+    )
+    try:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        process.stdin.write(sent.encode())
+        _read_until(process.stdout, b'"method":"notifications/progress"')  # fixture.wait runs
+        process.stdout.close()  # the client is gone; stdin stays open
+        process.stdin.write(b'{"jsonrpc":"2.0","id":3,"method":"ping"}\n')
+        code = process.wait(timeout=WAIT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        _, errors = process.communicate(timeout=WAIT_S)
+    assert code == 0, errors
+    assert b"the client closed its end of stdout" in errors
+    assert b"Error" not in errors
+    with SqliteLedger(workspace / ".toolkernel" / "ledger.db") as ledger:
+        report = ledger.verify()
+        (run,) = ledger.runs()
+        results = [
+            e.payload["result"]["status"]
+            for e in ledger.events(run.run_id)
+            if e.type is EventType.TOOL_CALL_RESULT
+        ]
+    assert report.ok
+    assert report.unfinished == []
+    assert results == [Status.CANCELLED]
+
+
+def _read_until(stdout: Any, marker: bytes) -> bytes:
+    """What the gateway wrote on ``stdout`` until ``marker``; every wait bounded."""
+    deadline = time.monotonic() + WAIT_S
+    seen = b""
+    while marker not in seen.replace(b" ", b""):
+        ready, _, _ = select.select([stdout], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = stdout.read(65536) if ready else b""
+        if not chunk:
+            raise AssertionError(f"no {marker!r} from the gateway: {seen!r}")
+        seen += chunk
+    return seen

@@ -62,15 +62,26 @@ def stored_events(
 
 
 def row_event(row: tuple[Any, ...]) -> Event:
-    run_id, seq, type_, at, tool_call_id, payload, prev_hash, digest = row
+    """The stored row as an event.
+
+    Raises:
+        LedgerError: a field cannot be decoded: an unknown type, or a payload that is
+            not a JSON object (what ``verify`` reports as ``bad_payload``).
+    """
+    run_id, seq, type_, at, tool_call_id, text, prev_hash, digest = row
     try:
-        return Event(
-            run_id, seq, EventType(type_), at, tool_call_id, json.loads(payload), prev_hash, digest
-        )
-    except ValueError as exc:
-        raise LedgerError(
-            f"event {seq} of run {run_id!r} cannot be decoded ({exc}); verify the ledger"
-        ) from exc
+        payload = json.loads(text)
+        kind = EventType(type_)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise _undecodable(run_id, seq, str(exc)) from exc
+    if not isinstance(payload, dict):
+        raise _undecodable(run_id, seq, "the payload is not a JSON object")
+    return Event(run_id, seq, kind, at, tool_call_id, payload, prev_hash, digest)
+
+
+def _undecodable(run_id: str, seq: int, why: str) -> LedgerError:
+    message = f"event {seq} of run {run_id!r} cannot be decoded ({why}); verify the ledger"
+    return LedgerError(message)
 
 
 class Verifier:
@@ -124,7 +135,7 @@ class Verifier:
         try:
             payload = json.loads(text)
             canonical = canonical_json(payload)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             self._add(run_id, seq, "bad_payload", f"payload is not JSON: {exc}")
             return
         if not isinstance(payload, dict) or canonical.decode() != text:

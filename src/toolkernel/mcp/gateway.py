@@ -24,6 +24,7 @@ import ipaddress
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -94,6 +95,8 @@ ANNOUNCE_TIMEOUT_S: Final = 5.0
 """How long telling one client that the tools changed may take before it is skipped."""
 
 _BACKLOG: Final = 128
+_CLIENT_GONE: Final = (BrokenPipeError, ConnectionResetError)
+"""Writing to stdout failed because the client closed its end (a pipe or a socket)."""
 _STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 
 _log = logging.getLogger("toolkernel.serve")
@@ -409,9 +412,14 @@ async def _serve_stdio(server: Server[Any], kernel: Kernel) -> None:
     """Until stdin closes, or until cancelled (SIGINT/SIGTERM): the kernel is closed after."""
     _log.info("serving %s over stdio", kernel.config.workspace)
     with _claimed_stdin() as wire:
-        async with stdio_server(stdin=_StdinLines(wire)) as (read_stream, write_stream):
-            readable = _AnswerUnreadable(read_stream, write_stream)
-            await server.run(readable, write_stream, server.create_initialization_options())
+        try:
+            async with stdio_server(stdin=_StdinLines(wire)) as (read_stream, write_stream):
+                readable = _AnswerUnreadable(read_stream, write_stream)
+                await server.run(readable, write_stream, server.create_initialization_options())
+        except* _CLIENT_GONE:
+            # Writing an answer found stdout closed: the client went away, as when it
+            # closes stdin. The session ends; calls still running were cancelled.
+            _log.info("the client closed its end of stdout: stopping")
 
 
 @contextmanager
@@ -475,9 +483,10 @@ class _AnswerUnreadable(FilteredReadStream):
     """The stdio read stream, answering requests the SDK cannot read.
 
     A line that is JSON the SDK's strict parser refuses (a lone surrogate escape such
-    as ``"\\ud800"``) reaches the session as an exception, which drops it: a request
-    would never be answered and its client would wait forever. When Python's own JSON
-    reader finds a request id in such a line, it gets an INVALID_REQUEST error answer.
+    as ``"\\ud800"``, nesting deeper than it takes, an integer longer than it takes)
+    reaches the session as an exception, which drops it: a request would never be
+    answered and its client would wait forever. When the line shows a request id, it
+    gets an INVALID_REQUEST error answer.
     """
 
     def __init__(self, inner: Any, writer: Any) -> None:
@@ -494,7 +503,7 @@ class _AnswerUnreadable(FilteredReadStream):
             error = types.ErrorData(
                 code=types.INVALID_REQUEST,
                 message="The request could not be read as JSON-RPC (a lone surrogate "
-                "escape such as \\ud800, or nesting too deep?).",
+                "escape such as \\ud800, nesting too deep, or a number too long?).",
             )
             answer = types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
             await self._writer.send(SessionMessage(answer))
@@ -504,17 +513,96 @@ def _unreadable_request_id(item: object) -> str | int | None:
     """The id of a request the SDK could not parse, if the raw line shows one."""
     if not isinstance(item, ValidationError) or not item.error_count():
         return None
-    raw = item.errors(include_url=False)[0].get("input")
-    try:
-        message = json.loads(raw) if isinstance(raw, str | bytes) else None
-    except (ValueError, RecursionError):  # not JSON at all, or nested past Python's limit
+    error = item.errors(include_url=False)[0]
+    if error.get("type") != "json_invalid":
+        return None  # read as JSON, refused as JSON-RPC: its input is a part, not the line
+    raw = error.get("input")
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", errors="replace")
+    if not isinstance(raw, str):
         return None
-    if not isinstance(message, dict) or "method" not in message:
+    members = _top_level_members(raw)
+    if "method" not in members:
         return None
-    request_id = message.get("id")
+    request_id = members.get("id")
     if isinstance(request_id, bool) or not isinstance(request_id, str | int):
         return None  # a notification, or no usable id
     return request_id
+
+
+_SPACE: Final = re.compile(r"[ \t\n\r]*")
+_NESTING: Final = re.compile(r'["\[\]{}]')
+_UNNESTED: Final = object()
+"""Where ``_top_level_members`` found an object or array: skipped, not read."""
+
+
+def _top_level_members(text: str) -> dict[str, Any]:
+    """The members of the JSON object ``text``, with nested values left unread.
+
+    Python's JSON reader recurses into nested values and gives up past its recursion
+    limit, and refuses integers of more than 4,300 digits: a request's ``id`` and
+    ``method`` must be found all the same. Objects and arrays are skipped by counting
+    brackets (an ``id`` inside ``params`` is not the request's); scalars are decoded,
+    an integer too long to convert becoming ``None``. Reading stops at the first thing
+    that is not a member (the end of the object, or what makes the line not JSON):
+    the members before it are all there is to go on.
+    """
+    pos = _after_space(text, 0)
+    members: dict[str, Any] = {}
+    if not text.startswith("{", pos):
+        return members
+    pos += 1
+    with suppress(ValueError):  # not JSON from here on
+        while True:
+            pos = _after_space(text, pos)
+            if not text.startswith('"', pos):
+                break
+            key, pos = _SCALARS.raw_decode(text, pos)  # a string: the member's name
+            pos = _after_space(text, pos)
+            if not text.startswith(":", pos):
+                break
+            pos = _after_space(text, pos + 1)
+            if text.startswith(("{", "["), pos):
+                value, pos = _UNNESTED, _skip_nested(text, pos)
+            else:
+                value, pos = _SCALARS.raw_decode(text, pos)
+            members[key] = value
+            pos = _after_space(text, pos)
+            if not text.startswith(",", pos):
+                break
+            pos += 1
+    return members
+
+
+def _after_space(text: str, pos: int) -> int:
+    found = _SPACE.match(text, pos)
+    return found.end() if found else pos
+
+
+def _skip_nested(text: str, pos: int) -> int:
+    """Where the object or array starting at ``pos`` ends, found without recursing."""
+    depth = 0
+    while (found := _NESTING.search(text, pos)) is not None:
+        pos = found.end()
+        if found.group() == '"':
+            _, pos = _SCALARS.raw_decode(text, found.start())  # brackets in it do not count
+        elif found.group() in "[{":
+            depth += 1
+        else:
+            depth -= 1
+            if depth == 0:
+                return pos
+    raise ValueError("unterminated object or array")
+
+
+def _int_or_none(digits: str) -> int | None:
+    try:
+        return int(digits)
+    except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
+        return None
+
+
+_SCALARS: Final = json.JSONDecoder(parse_int=_int_or_none)
 
 
 async def _serve_http(server: Server[Any], host: str, port: int) -> None:
