@@ -458,11 +458,19 @@ def print_ledger_table(events: Sequence[Any], out: TextIO | None = None) -> None
     """The ledger as the seed shows it: seq, event, tool, and a short summary. Events of
     more than one run start with their run, or every run's seq 1 would look alike."""
     header: tuple[str, ...] = ("SEQ", "EVENT", "TOOL", "SUMMARY")
-    rows: list[tuple[str, ...]] = [(str(e.seq), str(e.type), *_summary(e.payload)) for e in events]
+    rows: list[tuple[str, ...]] = [(str(e.seq), str(e.type), *_shown(e.payload)) for e in events]
     if len({e.run_id for e in events}) > 1:
         header = ("RUN", *header)
         rows = [(e.run_id, *row) for e, row in zip(events, rows, strict=True)]
     _table(header, rows, out=out)
+
+
+def _shown(payload: dict[str, Any]) -> tuple[str, str]:
+    """``_summary``, or a note for a payload not shaped as its event's (verify says why)."""
+    try:
+        return _summary(payload)
+    except (KeyError, TypeError, AttributeError, ValueError):
+        return "", "(payload not as this event writes it: run toolkernel ledger verify)"
 
 
 def _summary(payload: dict[str, Any]) -> tuple[str, str]:

@@ -17,7 +17,7 @@ from typing import Any
 from toolkernel.calls import ToolCallRequest, ToolCallResult
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.dispatch import Outcome
-from toolkernel.ledger import EventType, Ledger
+from toolkernel.ledger import EventType, Ledger, LedgerError
 
 __all__ = ["Exchange", "RecordedResults", "exchanges"]
 
@@ -67,13 +67,19 @@ def exchanges(ledger: Ledger, run_id: str) -> list[Exchange]:
             started.add(open_calls[call_id][-1])
         elif event.type is EventType.TOOL_CALL_RESULT:
             index = open_calls[call_id].pop()
-            results[index] = ToolCallResult.from_dict(event.payload["result"])
+            try:
+                results[index] = ToolCallResult.from_dict(event.payload["result"])
+            except (KeyError, TypeError, AttributeError, ValueError) as exc:
+                raise LedgerError(
+                    f"event {event.seq} of run {run_id!r} is not a result replay can read "
+                    f"({type(exc).__name__}); verify the ledger"
+                ) from exc
     return [
         Exchange(
-            tool_call_id=str(request["toolCallId"]),
-            tool_name=str(request["toolName"]),
+            tool_call_id=str(request.get("toolCallId", "")),
+            tool_name=str(request.get("toolName", "")),
             arguments=request.get("arguments"),
-            arguments_hash=str(request["argumentsHash"]),
+            arguments_hash=str(request.get("argumentsHash", "")),
             dispatched=index in started,
             result=results[index],
         )

@@ -125,3 +125,26 @@ def test_reading_an_event_whose_payload_is_not_an_object_says_verify(
     assert "verify the ledger" in captured.err
     assert ledger("verify", workspace=workspace) == 1
     assert "bad_payload" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "payload", ['{"result": 5}', '{"toolName": 3, "result": {"status": "NOPE"}}']
+)
+def test_an_object_payload_shaped_unlike_its_event_is_shown_and_replay_says_verify(
+    capsys, workspace, payload
+):
+    # Only someone who also recomputed the hashes leaves such a payload: show lists it
+    # with a note, replay refuses with the usual error, neither crashes.
+    import sqlite3
+
+    assert main(["call", "memory.read", "--run", "run-a", "--workspace", str(workspace)]) == 0
+    with sqlite3.connect(workspace / ".toolkernel" / "ledger.db") as db:
+        db.execute("UPDATE events SET payload = ? WHERE type = 'TOOL_CALL_RESULT'", (payload,))
+    db.close()
+    capsys.readouterr()
+    assert ledger("show", "--run", "run-a", workspace=workspace) == 0
+    assert "TOOL_CALL_RESULT" in capsys.readouterr().out
+    assert ledger("replay", "--run", "run-a", workspace=workspace) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("LedgerError: ")
+    assert "verify the ledger" in err
