@@ -145,3 +145,23 @@ def test_out_of_scope_identity_parameters_are_flagged() -> None:
     print(f"\nMSB out-of-scope parameter variants flagged P111: {hits}/{total}")
     assert total > 0
     assert hits / total >= RECALL_TARGET
+
+
+def test_only_genuinely_invalid_benign_schemas_draw_d012(
+    record_property: Callable[[str, object], None],
+) -> None:
+    tools = list(benign_tools())
+    flagged = {
+        tool["name"]: [f.pointer for f in lint_definition(tool, kind="mcp") if f.rule == "D012"]
+        for tool in tools
+    }
+    flagged = {name: pointers for name, pointers in flagged.items() if pointers}
+    record_property("benign_invalid_schemas", f"{len(flagged)}/{len(tools)}")
+    print(f"\nbenign tools with D012 (schema the runtime cannot compile): {flagged}")
+    # read_pdf writes draft-04 `"exclusiveMinimum": true` without a draft-04 $schema:
+    # a 2020-12 compiler (and the bridge) rightly refuses it.
+    assert flagged == {
+        "read_pdf": [
+            "/inputSchema/properties/sources/items/properties/pages/anyOf/0/items/exclusiveMinimum"
+        ]
+    }

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote_to_bytes, urlsplit
 
 import pytest
 
 from toolkernel.lint import RULES, Format, run_lint
 from toolkernel.lint.__main__ import main
 from toolkernel.lint.loaders import MAX_FILE_BYTES
-from toolkernel.lint.report import EXIT_CLEAN, EXIT_ERRORS, FILE_TOOL
+from toolkernel.lint.report import EXIT_CLEAN, EXIT_ERRORS, FILE_TOOL, SARIF_SRCROOT
 
 POISONED = {
     "name": "repo.readme",
@@ -62,7 +65,7 @@ def test_sarif_is_2_1_0_with_rules_and_locations(tmp_path: Path) -> None:
         assert driver["rules"][result["ruleIndex"]]["id"] == result["ruleId"]
         assert result["message"]["text"]
         location = result["locations"][0]
-        assert location["physicalLocation"]["artifactLocation"]["uri"] == path.as_posix()
+        assert location["physicalLocation"]["artifactLocation"] == {"uri": path.as_uri()}
 
 
 def test_text_has_one_line_per_finding_and_a_summary(tmp_path: Path) -> None:
@@ -157,13 +160,71 @@ def sarif_as_json(result: dict[str, Any]) -> dict[str, str]:
     (location,) = result["locations"]
     tool = location.get("logicalLocations", [{"name": FILE_TOOL}])[0]["name"]
     return {
-        "file": location["physicalLocation"]["artifactLocation"]["uri"],
+        "file": path_of(location["physicalLocation"]["artifactLocation"]),
         "tool": tool,
         "rule": result["ruleId"],
         "severity": result["level"],
         "pointer": result["properties"]["pointer"],
         "message": result["message"]["text"].removeprefix(f"{tool}: "),
     }
+
+
+def path_of(artifact: dict[str, str]) -> str:
+    """The file path a SARIF artifactLocation names (file:// or relative to %SRCROOT%)."""
+    uri = artifact["uri"]
+    if artifact.get("uriBaseId") == SARIF_SRCROOT:
+        return os.fsdecode(unquote_to_bytes(uri))
+    parts = urlsplit(uri)
+    assert (parts.scheme, parts.netloc) == ("file", "")
+    return os.fsdecode(unquote_to_bytes(parts.path))
+
+
+# RFC 3986: unreserved and reserved characters, and "%" only before two hex digits.
+URI_CHARACTERS = re.compile(r"(?:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*")
+AWKWARD_NAMES = ["a b.json", "ünï tööls.json", "50%#?.json", "c:d.json", "tools\x1b[2K.json"]
+
+
+@pytest.mark.parametrize("name", AWKWARD_NAMES)
+def test_sarif_artifact_uris_are_percent_encoded_and_map_back_to_the_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    (tmp_path / "dir ü").mkdir()
+    absolute = write(tmp_path / "dir ü", name, json.dumps(POISONED))
+    monkeypatch.chdir(tmp_path)
+    relative = Path("dir ü") / name
+    report, _ = run_lint([absolute, relative], "sarif")
+    run = json.loads(report)["runs"][0]
+    artifacts = [r["locations"][0]["physicalLocation"]["artifactLocation"] for r in run["results"]]
+    assert all(URI_CHARACTERS.fullmatch(a["uri"]) for a in artifacts), artifacts
+    absolute_uris = {a["uri"] for a in artifacts if "uriBaseId" not in a}
+    relative_uris = {(a["uri"], a["uriBaseId"]) for a in artifacts if "uriBaseId" in a}
+    assert absolute_uris == {absolute.as_uri()}
+    assert len(relative_uris) == 1
+    assert {path_of(a) for a in artifacts} == {str(absolute), str(relative)}
+    assert run["originalUriBaseIds"] == {SARIF_SRCROOT: {"uri": tmp_path.as_uri() + "/"}}
+
+
+def test_sarif_uri_of_a_file_name_that_is_not_utf8_keeps_its_bytes(tmp_path: Path) -> None:
+    name = os.fsdecode(b"tools\xff.json")
+    path = write(tmp_path, name, json.dumps(POISONED))
+    report, _ = run_lint([path], "sarif")
+    results = json.loads(report)["runs"][0]["results"]
+    artifact = results[0]["locations"][0]["physicalLocation"]["artifactLocation"]
+    assert artifact["uri"].endswith("/tools%FF.json")
+    assert path_of(artifact) == str(path)
+
+
+def test_sarif_without_relative_paths_needs_no_base_id(tmp_path: Path) -> None:
+    report, _ = run_lint([write(tmp_path, "tools.json", json.dumps(POISONED))], "sarif")
+    assert "originalUriBaseIds" not in json.loads(report)["runs"][0]
+
+
+def test_sarif_help_and_information_uris_are_absolute_when_present(tmp_path: Path) -> None:
+    report, _ = run_lint([write(tmp_path, "tools.json", json.dumps(POISONED))], "sarif")
+    driver = json.loads(report)["runs"][0]["tool"]["driver"]
+    uris = [driver.get("informationUri")] + [rule.get("helpUri") for rule in driver["rules"]]
+    assert all(urlsplit(uri).scheme for uri in uris if uri is not None), uris
+    assert all("docs/lint-rules.md#" in rule["help"]["text"] for rule in driver["rules"])
 
 
 def test_unloadable_files_each_get_their_own_message(tmp_path: Path) -> None:

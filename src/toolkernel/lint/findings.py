@@ -87,6 +87,11 @@ RULES: Final[dict[str, Rule]] = _catalogue(
     Rule("D010", "well-formed", "The definition has a name and an object input schema."),
     Rule("D011", "description", "The tool has a non-empty description."),
     Rule(
+        "D012",
+        "valid-schema",
+        "The input and output schemas compile as JSON Schema, as the runtime requires.",
+    ),
+    Rule(
         "P101",
         "model-directed-instruction",
         "Text gives the model instructions: override earlier ones, hide actions from "

@@ -5,18 +5,26 @@ fields. MCP, OpenAI and Anthropic formats cannot express several of them (no tim
 no permission profile, often no output schema), and their schema gaps are the norm in
 the wild, so the same gaps are warnings there: the kernel compensates when it bridges
 such a tool (it imposes a timeout and treats untrusted tools as mutating and external).
-Only a definition that is structurally broken (``D010``) is an error in every format.
+Only a definition that is structurally broken (``D010``) or whose schema the runtime
+cannot compile (``D012``) is an error in every format.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
 from toolkernel.lint.findings import Finding, Severity
 from toolkernel.lint.loaders import ToolKind, ToolView
-from toolkernel.lint.schemas import iter_properties, iter_subschemas, types_of
+from toolkernel.lint.schemas import (
+    iter_properties,
+    iter_subschemas,
+    types_of,
+    unresolved_reference,
+)
+from toolkernel.schema import SchemaCompileError, compile_schema
 
 __all__ = ["check_hygiene"]
 
@@ -39,6 +47,11 @@ _PRECONDITION_PARTS: Final = re.compile(
     r"(expected|base|if|previous|old|current)(hash|sha|sha256|etag|version|revision|rev|mtime)"
 )
 
+# The compiler's message can echo schema text (a pattern, a $ref): keep it short.
+_MESSAGE_LIMIT: Final = 240
+# Characters a reader would not see or a terminal would act on, escaped in messages.
+_UNSHOWN: Final = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
 _Check = Callable[[ToolView], Iterator[Finding]]
 
 
@@ -49,6 +62,7 @@ def check_hygiene(view: ToolView) -> list[Finding]:
         # The other rules assume a name and an object schema; they would only echo this.
         return malformed
     checks: tuple[_Check, ...] = (
+        _valid_schemas,
         _namespaced_name,
         _description,
         _closed_objects,
@@ -96,6 +110,45 @@ def _well_formed(view: ToolView) -> Iterator[Finding]:
             pointer + "/type",
             f"input schema type is {schema.get('type')!r}; tool arguments must be an object",
         )
+
+
+def _valid_schemas(view: ToolView) -> Iterator[Finding]:
+    """Compile each schema as registration does, so lint refuses what the runtime refuses."""
+    for schema, pointer in _declared_schemas(view):
+        try:
+            compile_schema(schema)
+        except SchemaCompileError as exc:
+            # References that do not resolve come back without a pointer; find the $ref.
+            where = exc.pointer or unresolved_reference(schema) or ""
+            yield Finding(
+                view.name,
+                "D012",
+                Severity.ERROR,
+                pointer + where,
+                _bounded(f"not a valid JSON Schema: {exc}"),
+            )
+
+
+def _declared_schemas(view: ToolView) -> Iterator[tuple[Any, str]]:
+    if view.input_schema is not None:
+        yield view.input_schema, view.pointer(view.input_key)
+    if view.kind is ToolKind.MCP:
+        output, pointer = view.fields.get("outputSchema"), view.pointer("outputSchema")
+    elif view.kind is ToolKind.NATIVE and isinstance(view.output_contract, Mapping):
+        output = view.output_contract.get("schema")
+        pointer = view.pointer("outputContract", "schema")
+    else:
+        return  # OpenAI and Anthropic tools have no output schema
+    if output is not None:
+        yield output, pointer
+
+
+def _bounded(text: str) -> str:
+    """``text`` cut to :data:`_MESSAGE_LIMIT` with invisible and control characters escaped."""
+    shown = "".join(
+        repr(char)[1:-1] if unicodedata.category(char) in _UNSHOWN else char for char in text
+    )
+    return shown if len(shown) <= _MESSAGE_LIMIT else shown[: _MESSAGE_LIMIT - 1] + "…"
 
 
 def _namespaced_name(view: ToolView) -> Iterator[Finding]:

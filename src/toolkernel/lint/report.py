@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, Literal
+from urllib.parse import quote_from_bytes
 
 from toolkernel.lint.findings import RULES, Finding, LintInputError, Severity
 from toolkernel.lint.linter import lint_document
@@ -23,6 +25,9 @@ EXIT_ERRORS: Final = 1
 FILE_TOOL: Final = "<file>"
 
 SARIF_SCHEMA: Final = "https://json.schemastore.org/sarif-2.1.0.json"
+# The base that relative file paths in SARIF output are relative to: the directory
+# ``toolkernel lint`` ran in, recorded in the run's ``originalUriBaseIds``.
+SARIF_SRCROOT: Final = "%SRCROOT%"
 _DRIVER: Final = "toolkernel-lint"
 
 # Characters a terminal acts on or does not show: controls (ANSI escapes), format
@@ -102,36 +107,50 @@ def _shown(text: str) -> str:
 
 
 def _sarif(results: Sequence[tuple[Path, Finding]]) -> dict[str, Any]:
+    # SARIF wants absolute helpUri/informationUri; the project publishes no URL for its
+    # docs, so the rules say where to look in plain text instead.
     rules = [
         {
             "id": rule.id,
             "name": rule.name,
             "shortDescription": {"text": rule.summary},
-            "helpUri": f"docs/lint-rules.md#{rule.id.lower()}",
+            "help": {"text": f"{rule.summary} See docs/lint-rules.md#{rule.id.lower()}."},
         }
         for rule in RULES.values()
     ]
     index = {rule_id: position for position, rule_id in enumerate(RULES)}
-    return {
-        "$schema": SARIF_SCHEMA,
-        "version": "2.1.0",
-        "runs": [
-            {
-                "tool": {
-                    "driver": {
-                        "name": _DRIVER,
-                        "informationUri": "docs/lint-rules.md",
-                        "rules": rules,
-                    }
-                },
-                "results": [_sarif_result(path, f, index[f.rule]) for path, f in results],
-            }
-        ],
+    run: dict[str, Any] = {
+        "tool": {"driver": {"name": _DRIVER, "rules": rules}},
+        "results": [_sarif_result(path, f, index[f.rule]) for path, f in results],
     }
+    root = _working_directory_uri()
+    if root is not None and any(not path.is_absolute() for path, _ in results):
+        run["originalUriBaseIds"] = {SARIF_SRCROOT: {"uri": root}}
+    return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
+
+
+def _working_directory_uri() -> str | None:
+    try:
+        cwd = Path.cwd()
+    except OSError:
+        return None  # the directory was removed under us; relative URIs stay relative
+    return cwd.as_uri().rstrip("/") + "/"
+
+
+def _artifact_location(path: Path) -> dict[str, str]:
+    """A SARIF artifactLocation: a percent-encoded URI, relative ones against %SRCROOT%.
+
+    ``os.fsencode`` keeps file names that are not valid UTF-8 (surrogate escapes from
+    the command line) as their original bytes instead of failing to encode them.
+    """
+    encoded = quote_from_bytes(os.fsencode(path.as_posix()), safe="/")
+    if path.is_absolute():
+        return {"uri": "file://" + encoded}
+    return {"uri": encoded, "uriBaseId": SARIF_SRCROOT}
 
 
 def _sarif_result(path: Path, finding: Finding, rule_index: int) -> dict[str, Any]:
-    location: dict[str, Any] = {"physicalLocation": {"artifactLocation": {"uri": path.as_posix()}}}
+    location: dict[str, Any] = {"physicalLocation": {"artifactLocation": _artifact_location(path)}}
     message = finding.message
     if finding.tool != FILE_TOOL:
         message = f"{finding.tool}: {message}"

@@ -8,10 +8,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
+from urllib.parse import unquote
 
 from toolkernel.lint.loaders import escape_token
 
-__all__ = ["deeper_than", "iter_properties", "iter_subschemas", "iter_texts", "types_of"]
+__all__ = [
+    "deeper_than",
+    "iter_properties",
+    "iter_subschemas",
+    "iter_texts",
+    "types_of",
+    "unresolved_reference",
+]
 
 _SCHEMA_MAPS: Final = (
     "properties",
@@ -88,6 +96,46 @@ def iter_subschemas(schema: Any, pointer: str) -> Iterator[tuple[Mapping[str, An
         if isinstance(children, list):
             for index, child in enumerate(children):
                 yield from iter_subschemas(child, f"{pointer}/{key}/{index}")
+
+
+def unresolved_reference(schema: Any) -> str | None:
+    """The pointer of the first ``$ref`` whose ``#/…`` or ``#anchor`` target is absent.
+
+    A best effort to say *where* a reference the compiler could not resolve sits:
+    only same-document references are checked, against the root, and a subschema
+    with its own ``$id`` is skipped (its references resolve against it).
+    """
+    anchors = {
+        node[key]
+        for node, _ in iter_subschemas(schema, "")
+        for key in ("$anchor", "$dynamicAnchor")
+        if isinstance(node.get(key), str)
+    }
+    for node, pointer in iter_subschemas(schema, ""):
+        if pointer and "$id" in node:
+            continue
+        for key in ("$ref", "$dynamicRef"):
+            target = node.get(key)
+            if isinstance(target, str) and target.startswith("#"):
+                fragment = unquote(target[1:])
+                if not _target_exists(schema, fragment, anchors):
+                    return f"{pointer}/{escape_token(key)}"
+    return None
+
+
+def _target_exists(document: Any, fragment: str, anchors: set[str]) -> bool:
+    if fragment and not fragment.startswith("/"):
+        return fragment in anchors
+    node = document
+    for token in fragment.split("/")[1:]:
+        key = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        else:
+            return False
+    return True
 
 
 def iter_properties(schema: Any, pointer: str) -> Iterator[tuple[str, Mapping[str, Any], str]]:
