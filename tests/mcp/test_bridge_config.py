@@ -140,3 +140,27 @@ def test_inspect_refuses_sandbox_options_that_would_do_nothing(tmp_path, capfd):
     err = capfd.readouterr().err
     assert "a URL is not started here" in err
     assert "add --sandbox" in err
+
+
+def test_inspect_does_not_call_a_tool_rejected_before_its_risk_was_judged_read_only():
+    from toolkernel.mcp.inspect import InspectedTool, InspectReport
+
+    def inspected(name: str, risk: dict[str, bool]) -> InspectedTool:
+        decision = "accept" if risk else "reject"
+        reasons = () if risk else ({"rule": "D012", "message": "not a valid JSON Schema"},)
+        return InspectedTool(name, f"fx.{name}", decision, reasons, (), risk, "sha256:0", None)
+
+    report = InspectReport(
+        "fx",
+        "python server.py",
+        TrustLevel.UNTRUSTED,
+        {"name": "fixture"},
+        "2025-06-18",
+        (
+            inspected("broken", {}),
+            inspected("lookup", {"mutating": False, "destructive": False, "external": False}),
+        ),
+    )
+    text = render_inspect(report)
+    assert "REJECT  fx.broken  [risk not assessed]" in text
+    assert "ACCEPT  fx.lookup  [read-only]" in text

@@ -144,6 +144,8 @@ def render_inspect(report: InspectReport, fmt: Literal["text", "json"] = "text")
     ]
     for tool in report.tools:
         risk = ", ".join(k for k in ("mutating", "destructive", "external") if tool.risk.get(k))
+        if not tool.risk:  # rejected before its risk was judged: say so, not "read-only"
+            risk = "risk not assessed"
         lines.append("")
         lines.append(f"{tool.decision.upper():7} {tool.name}  [{risk or 'read-only'}]")
         pin = f" ({tool.pin_status})" if tool.pin_status else ""
