@@ -603,7 +603,8 @@ class Kernel:
             try:
                 journal.flush()  # what was decided before an error is still recorded
             finally:
-                journal.release_keys()  # their results are in the ledger now
+                if journal.held:
+                    journal.release_keys()  # their results are in the ledger now
                 run.gate.release(exclusive)
                 for call_id in journal.call_ids:  # calls a cancellation cut short too
                     self._received.pop(call_id, None)

@@ -71,7 +71,7 @@ _SCALARS: Final = frozenset((str, int, float, bool, type(None)))
 def normalize(outcome: Outcome, fin: Finishing) -> Outcome:
     """Make the output plain JSON and hold it to the tool's output schema."""
     name = fin.tool.name
-    if _nested_deeper(outcome.output, MAX_OUTPUT_DEPTH):
+    if isinstance(outcome.output, _CONTAINERS) and _nested_deeper(outcome.output, MAX_OUTPUT_DEPTH):
         why = f"output is nested more than {MAX_OUTPUT_DEPTH} levels deep"
         return _contract_violation(outcome, fin, why, shown=f"Its {why}.")
     try:

@@ -182,7 +182,7 @@ class UsageMeter:
         """Record a dispatched call (one that started ``ago_s`` seconds ago)."""
         self.cost += cost
         self.calls += 1
-        now = self._clock() - max(ago_s, 0.0)
+        now = self._clock() - ago_s if ago_s > 0 else self._clock()
         for key in rate_keys:
             self._recent.setdefault(key, deque()).append(now)
 
