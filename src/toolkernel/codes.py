@@ -315,7 +315,10 @@ CATALOG: Final[dict[ErrorCode, CodeInfo]] = {
         "The result was withheld; tell the user the tool needs fixing.",
     ),
     ErrorCode.REMOTE_ERROR: CodeInfo(
-        _F, True, "The remote tool {tool} failed ({detail}). It may work if called again."
+        # {advice}: whether calling again may help, as the failure's retryable says.
+        _F,
+        True,
+        "The remote tool {tool} failed ({detail}). {advice}",
     ),
     ErrorCode.INTERNAL_ERROR: CodeInfo(
         _F,

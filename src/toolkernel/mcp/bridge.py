@@ -9,7 +9,8 @@ Admission, per remote tool, in this order (the first failing step decides):
    and not take a name already used by another tool (rule ``NAME_COLLISION``);
 4. **pin** — its definition must match its pin (see ``pins.py``). A changed definition
    is held back and recorded as REMOTE_TOOL_CHANGED; a new tool of a ``pin = "strict"``
-   server waits for approval (rule ``PIN_APPROVAL``).
+   server waits for approval (rule ``PIN_APPROVAL``). One approved by another process
+   (``toolkernel mcp approve`` while a gateway runs) is exposed within ``PIN_POLL_S``.
 
 A rejected tool is never registered, so the model never sees it; each rejection is a
 REMOTE_TOOL_REJECTED event with its reasons. Nothing about one server stops another.
@@ -29,10 +30,11 @@ Conversion decisions:
 Results: ``isError`` becomes FAILED/TOOL_ERROR (the tool ran and reported a failure of
 its own; repeating the call would not help), with its content as output. Transport and
 protocol failures are FAILED/REMOTE_ERROR; a lost connection is retryable and the
-server is restarted on the next call. With an ``outputSchema`` the output is the
-``structuredContent``, which the kernel holds to that schema
-(OUTPUT_CONTRACT_VIOLATION); otherwise it is ``{"content": [...]}``. Images, audio and
-binary resources go to the artifact store and appear as ``{"artifact": id}``.
+server is restarted on the next call; an error answer is not retryable (the message
+says which). With an ``outputSchema`` the output is the ``structuredContent``, which
+the kernel holds to that schema (OUTPUT_CONTRACT_VIOLATION); otherwise it is
+``{"content": [...]}``. Images, audio and binary resources go to the artifact store
+and appear as ``{"artifact": id}``.
 
 Connecting: starting a server (spawn and ``initialize``) and listing its tools are each
 bounded by ``ServerConfig.start_timeout_s``. ``connect_all`` starts every server at
@@ -42,20 +44,24 @@ server answered first. A failure says what happened (``command 'x' not found``, 
 did not answer initialize within 10 s``, ...) to the operator; the model is only told
 that the server could not be started. The lines a stdio server writes on stdout that
 are not JSON-RPC are logged once per start, in place of the SDK's traceback a line;
-``MAX_BAD_LINES`` of them in a row disconnect it as broken.
+``MAX_BAD_LINES`` of them in a row disconnect it as broken. What it writes on stderr
+goes through a pipe of its own to the bridge's ``errlog``: servers never share our
+stderr, which one of them could make non-blocking for all (Node.js does).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import codecs
 import json
 import logging
+import os
 import re
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -80,7 +86,13 @@ from toolkernel.canonical import sha256_of
 from toolkernel.codes import ErrorCode, safe_field, safe_message
 from toolkernel.definition import ExecutionMode, ToolDefinition
 from toolkernel.dispatch import Invocation, ToolOutput
-from toolkernel.errors import DefinitionError, SandboxUnavailable, ToolFailed, ToolkernelError
+from toolkernel.errors import (
+    ConfigError,
+    DefinitionError,
+    SandboxUnavailable,
+    ToolFailed,
+    ToolkernelError,
+)
 from toolkernel.kernel import Kernel
 from toolkernel.ledger import EventType, NewEvent
 from toolkernel.lint import Finding, Severity, lint_definition
@@ -114,11 +126,19 @@ MAX_BAD_LINES: Final = 100
 """Lines in a row that a stdio server may write on stdout that are not JSON-RPC; at
 this many it is taken for broken and disconnected."""
 CLIENT_INFO: Final = types.Implementation(name="toolkernel", version="0.1")
+STDERR_FLUSH_S: Final = 2.0
+"""How long a stopped stdio server's last stderr output is waited for."""
+PIN_POLL_S: Final = 1.0
+"""How often a bridge that holds tools back looks whether the pin file changed (a
+``stat``): an approval made by another process takes effect within this time."""
 
 _log = logging.getLogger(__name__)
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
 _SDK_STDIO_LOG: Final = logging.getLogger("mcp.client.stdio")
 _SDK_PARSE_ERROR: Final = "Failed to parse JSONRPC message from server"
+_STDERR_CHUNK: Final = 65_536
+_RETRY_ADVICE: Final = "It may work if called again."
+_NO_RETRY_ADVICE: Final = "Calling it again the same way will not help."
 
 
 class ServerUnavailable(ToolkernelError):
@@ -378,7 +398,7 @@ class ServerConnection:
                 cwd=config.cwd,
             )
             _SDK_STDIO_LOG.addFilter(_without_parse_tracebacks)  # idempotent
-            target = _parsed_only(stdio_client(params, errlog=self._errlog or sys.stderr), start)
+            target = _parsed_only(_stdio(params, self._group, self._errlog), start)
         return Client(
             target,
             mode="legacy",
@@ -391,6 +411,99 @@ class ServerConnection:
         changed = getattr(message, "method", None) == "notifications/tools/list_changed"
         if changed and self._on_tools_changed is not None:
             self._group.start_soon(self._on_tools_changed, self.config.name)
+
+
+@asynccontextmanager
+async def _stdio(
+    params: StdioServerParameters, group: anyio.abc.TaskGroup, errlog: TextIO | None
+) -> AsyncIterator[TransportStreams]:
+    """The SDK's stdio transport, with the server's stderr on a pipe of its own that a
+    task of ``group`` copies to ``errlog`` (default: our stderr)."""
+    stderr = _ChildStderr(errlog)
+    group.start_soon(stderr.copy)
+    try:
+        async with stdio_client(params, errlog=stderr.child_end) as streams:
+            stderr.spawned()
+            yield streams
+    finally:
+        await stderr.close()
+
+
+class _ChildStderr:
+    """A stdio server's stderr: a pipe of its own, copied to ``errlog`` as it comes.
+
+    Children are not given our stderr itself: they would share its open file
+    description, and one that makes it non-blocking (Node.js does) would make every
+    other writer's burst, and ours, fail with EAGAIN whenever the pipe is full. The
+    copy is written from a worker thread, so a slow reader of our stderr holds back
+    the server that writes (as a full pipe would), never the event loop.
+    """
+
+    def __init__(self, errlog: TextIO | None) -> None:
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(read_fd, False)  # our end only: the child's end stays blocking
+        self.child_end: TextIO = os.fdopen(write_fd, "w", encoding="utf-8")
+        self._read_fd: int | None = read_fd
+        self._copying = False
+        self._errlog = errlog
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        # Shielded: while the bridge shuts down, what a stopping server still writes
+        # is copied (it would get EPIPE otherwise); ``close`` ends it, always.
+        self._scope = anyio.CancelScope(shield=True)
+        self._done = anyio.Event()
+
+    def spawned(self) -> None:
+        """The child has its copy of the write end: close ours, so that the pipe ends
+        when the server (and whatever it started) has exited."""
+        self.child_end.close()
+
+    async def copy(self) -> None:
+        """Copy until the pipe ends or ``close`` stops it."""
+        fd = self._read_fd
+        if fd is None:
+            return  # closed before this task ran
+        self._copying = True
+        try:
+            with self._scope:
+                while chunk := await _read_some(fd):
+                    await anyio.to_thread.run_sync(self._write, self._decoder.decode(chunk))
+        finally:
+            self._release()
+            self._done.set()
+
+    async def close(self) -> None:
+        """Stop copying once what the server wrote is copied, or after
+        ``STDERR_FLUSH_S`` (a process it started may keep the pipe open)."""
+        self.child_end.close()
+        if not self._copying:
+            self._release()  # the task has not run: it finds nothing to copy
+            return
+        with anyio.move_on_after(STDERR_FLUSH_S, shield=True):
+            await self._done.wait()
+        self._scope.cancel()
+
+    def _release(self) -> None:
+        if self._read_fd is not None:
+            os.close(self._read_fd)
+            self._read_fd = None
+
+    def _write(self, text: str) -> None:
+        errlog = self._errlog or sys.stderr
+        with suppress(OSError, ValueError):  # our stderr is gone: nobody to show it to
+            errlog.write(text)
+            errlog.flush()
+
+
+async def _read_some(fd: int) -> bytes:
+    """What a non-blocking pipe holds, once it holds something; b"" at its end."""
+    while True:
+        await anyio.wait_readable(fd)
+        try:
+            return os.read(fd, _STDERR_CHUNK)
+        except BlockingIOError:
+            continue
+        except OSError:
+            return b""
 
 
 def _without_parse_tracebacks(record: logging.LogRecord) -> bool:
@@ -503,7 +616,7 @@ class McpBridge:
             REMOTE_MCP adapter.
         servers: the configured downstream servers.
         pins: the pin store; defaults to ``<state_dir>/mcp-pins.json``.
-        errlog: where stdio servers' stderr goes (default: ours).
+        errlog: where stdio servers' stderr is copied to (default: ours).
     """
 
     def __init__(
@@ -549,6 +662,7 @@ class McpBridge:
             )
             self._states[name] = _ServerState(connection)
         self.kernel.adapters[ExecutionMode.REMOTE_MCP] = self
+        self._group.start_soon(self._watch_pins)
         return self
 
     async def __aexit__(
@@ -643,6 +757,43 @@ class McpBridge:
         self._expose(held)
         return held.definition
 
+    def release_approved(self) -> list[str]:
+        """Expose the held tools whose definition was approved elsewhere since (by
+        ``toolkernel mcp approve`` while this bridge runs); returns their names.
+
+        The bridge does this by itself every ``PIN_POLL_S`` seconds while it holds any.
+
+        Raises:
+            ConfigError: the pin file cannot be read.
+        """
+        if not self.pins.reload():
+            return []
+        released: list[str] = []
+        for key, admission in list(self._held.items()):
+            name = admission.name
+            if self.pins.peek(key[0], admission.tool).verdict is not PinVerdict.MATCH:
+                continue
+            if self.kernel.registry.find(name) is not None and name not in self._routes:
+                continue  # another tool took the name meanwhile
+            del self._held[key]
+            self._expose(admission)  # the kernel tells its listeners: tools changed
+            released.append(name)
+        return released
+
+    async def _watch_pins(self) -> None:
+        """Until the bridge closes: release held tools approved from outside."""
+        while True:
+            await anyio.sleep(PIN_POLL_S)
+            if not self._held:
+                continue
+            try:
+                released = self.release_approved()
+            except ConfigError as exc:  # reported once per change of the file
+                _log.warning("%s", exc)
+                continue
+            for name in released:
+                _log.info("%s was approved; it is exposed again", name)
+
     def _admit_all(
         self, state: _ServerState, config: ServerConfig, listed: Sequence[Mapping[str, Any]]
     ) -> ServerReport:
@@ -651,6 +802,8 @@ class McpBridge:
         rejected: list[str] = []
         held: list[str] = []
         seen: set[str] = set()
+        for key in [key for key in self._held if key[0] == config.name]:
+            del self._held[key]  # held again below if still held; a stale one never returns
         for tool in listed:
             admission = self._admit(config, tool, seen)
             seen.add(admission.name)
@@ -801,7 +954,9 @@ class McpBridge:
                 connection.discard(client)
                 detail = "its server stopped; it is restarted on the next call"
                 raise _remote_failure(name, detail, retryable=True) from exc
-            detail = f"its server refused the call with error {exc.code}"
+            detail = "its server answered the call with an error"
+            if exc.code:  # 0 is what a server's failing handler tends to send: no news
+                detail += f" (code {exc.code})"
             raise _remote_failure(name, detail, retryable=False) from exc
         except ValidationError as exc:
             raise _remote_failure(name, "its server sent a malformed result", False) from exc
@@ -915,8 +1070,9 @@ def _listing_failure(config: ServerConfig, exc: Exception) -> str:
 
 
 def _remote_failure(tool: str, detail: str, retryable: bool) -> ToolFailed:
+    advice = _RETRY_ADVICE if retryable else _NO_RETRY_ADVICE
     return ToolFailed(
-        safe_message(ErrorCode.REMOTE_ERROR, tool=tool, detail=detail),
+        safe_message(ErrorCode.REMOTE_ERROR, tool=tool, detail=detail, advice=advice),
         code=ErrorCode.REMOTE_ERROR,
         retryable=retryable,
     )

@@ -9,17 +9,22 @@ server is configured with ``pin = "strict"``, where it waits for ``approve``. A 
 whose definition no longer matches its pin is held back: the new definition is kept
 as *pending* until someone approves it, and the old pin stays in force until then.
 
-The pins live in ``<state_dir>/mcp-pins.json`` (mode 0600), rewritten atomically. Two
-processes sharing a state dir each keep their own view until they reload.
+The pins live in ``<state_dir>/mcp-pins.json`` (mode 0600), rewritten atomically. Every
+change is made under an exclusive lock (``flock`` on ``.mcp-pins.json.lock`` beside it)
+to the file as it is then, never to a copy read earlier: a gateway that pins a new tool
+keeps an approval that ``toolkernel mcp approve`` wrote while it ran. ``reload`` brings
+a store's view up to date when the file changed (a ``stat``, unless it did).
 """
 
 from __future__ import annotations
 
 import difflib
+import fcntl
 import json
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -44,6 +49,9 @@ __all__ = [
 PIN_FILENAME: Final = "mcp-pins.json"
 PIN_FIELDS: Final = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
 _FORMAT: Final = 1
+
+_Stamp = tuple[int, int, int, int]  # inode, size, mtime and ctime (ns) of the pin file
+_Change = Callable[[], None]  # one change to the pins, applied to the file as it is
 
 
 class PinVerdict(StrEnum):
@@ -89,11 +97,29 @@ class PinStore:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._data: dict[str, dict[str, dict[str, Any]]] = _load(path)
+        self.lock_path = path.with_name(f".{path.name}.lock")
+        self._data: dict[str, dict[str, dict[str, Any]]] = {}
+        self._stamp: _Stamp | None = None
+        self.reload()
 
     @classmethod
     def in_state_dir(cls, state_dir: Path) -> PinStore:
         return cls(state_dir / PIN_FILENAME)
+
+    def reload(self) -> bool:
+        """Read the file again if it changed since this store last read or wrote it
+        (another process approved or pinned something); True when it did.
+
+        Raises:
+            ConfigError: the file cannot be read or is not a pin file (reported once
+                per change of the file).
+        """
+        stamp = _stamp_of(self.path)
+        if stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        self._data = _load(self.path)
+        return True
 
     def get(self, server: str, tool: str) -> Pin | None:
         """The approved pin of a tool, if any."""
@@ -120,30 +146,21 @@ class PinStore:
         return PinCheck(PinVerdict.CHANGED, digest, pin.hash)
 
     def check(self, server: str, tool: Mapping[str, Any], *, strict: bool = False) -> PinCheck:
-        """Compare a definition with its pin; pin it on first sight unless ``strict``.
+        """Compare a definition with the pins as the file has them now; pin it on first
+        sight unless ``strict``.
 
         A definition that is not exposed is kept as pending, for ``approve`` and
-        ``diff_pins``; the file is saved when anything changed.
+        ``diff_pins``; the file is changed when anything changed.
         """
-        seen = self.peek(server, tool)
-        name = str(tool.get("name", ""))
-        if seen.verdict is PinVerdict.MATCH:
-            if self.pending(server, name) is not None:
-                self._entry(server, name).pop("pending")  # the server went back: nothing to approve
-                self.save()
+        self.reload()
+        seen, change = self._decide(server, tool, strict=strict)
+        if change is None:
             return seen
-        if seen.verdict is PinVerdict.UNAPPROVED and not strict:
-            self._approve(server, name, pinned_view(tool), seen.hash)
-            self.save()
-            return PinCheck(PinVerdict.PINNED, seen.hash)
-        pending = self.pending(server, name)
-        if pending is None or pending.get("hash") != seen.hash:
-            self._entry(server, name)["pending"] = {
-                "hash": seen.hash,
-                "definition": pinned_view(tool),
-                "seenAt": timestamp(),
-            }
-            self.save()
+        with self._locked():  # decided again: the file may have changed meanwhile
+            seen, change = self._decide(server, tool, strict=strict)
+            if change is not None:
+                change()
+                self._write()
         return seen
 
     def approve(self, server: str, tool: str) -> Pin:
@@ -152,12 +169,13 @@ class PinStore:
         Raises:
             UsageError: nothing is pending for that tool.
         """
-        pending = self.pending(server, tool)
-        if pending is None:
-            raise UsageError(f"no changed or new definition of {server}.{tool} awaits approval")
-        self._approve(server, tool, pending["definition"], pending["hash"])
-        self._entry(server, tool).pop("pending", None)
-        self.save()
+        with self._locked():
+            pending = self.pending(server, tool)
+            if pending is None:
+                raise UsageError(f"no changed or new definition of {server}.{tool} awaits approval")
+            self._approve(server, tool, pending["definition"], pending["hash"])
+            self._entry(server, tool).pop("pending", None)
+            self._write()
         pin = self.get(server, tool)
         assert pin is not None
         return pin
@@ -171,9 +189,46 @@ class PinStore:
             if "pending" in entry
         ]
 
-    def save(self) -> None:
+    def _decide(
+        self, server: str, tool: Mapping[str, Any], *, strict: bool
+    ) -> tuple[PinCheck, _Change | None]:
+        """What ``check`` answers, and the change to the pins it makes (None: none)."""
+        seen = self.peek(server, tool)
+        name = str(tool.get("name", ""))
+        pending = self.pending(server, name)
+        if seen.verdict is PinVerdict.MATCH:
+            if pending is None:
+                return seen, None
+            # The server went back to its pinned definition: nothing to approve.
+            return seen, lambda: self._entry(server, name).pop("pending", None)
+        view = pinned_view(tool)
+        if seen.verdict is PinVerdict.UNAPPROVED and not strict:
+            pinned = PinCheck(PinVerdict.PINNED, seen.hash)
+            return pinned, lambda: self._approve(server, name, view, seen.hash)
+        if pending is not None and pending.get("hash") == seen.hash:
+            return seen, None
+        record = {"hash": seen.hash, "definition": view, "seenAt": timestamp()}
+        return seen, lambda: self._entry(server, name).update(pending=record)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the pin file's lock, with the file read afresh: what is changed and
+        written inside is a change to the file as it is, not to an older copy."""
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._stamp = _stamp_of(self.path)
+            self._data = _load(self.path)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _write(self) -> None:
+        """Write the pins; only under ``_locked``."""
         document = {"format": _FORMAT, "servers": self._data}
         _write_private(self.path, json.dumps(document, indent=2, sort_keys=True) + "\n")
+        self._stamp = _stamp_of(self.path)
 
     def _approve(self, server: str, tool: str, view: Mapping[str, Any], digest: str) -> None:
         entry = self._entry(server, tool)
@@ -215,6 +270,18 @@ def approve_pin(state_dir: Path, server: str, tool: str) -> Pin:
 def _pretty(definition: Mapping[str, Any]) -> list[str]:
     # One key per line with sorted keys: a changed word shows as one changed line.
     return json.dumps(definition, indent=2, sort_keys=True, ensure_ascii=False).splitlines()
+
+
+def _stamp_of(path: Path) -> _Stamp | None:
+    """What tells one version of the pin file from another, without reading it; each
+    write is a new file renamed into place, so a new inode as well as new times."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the MCP pins ({exc.strerror})") from exc
+    return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 def _load(path: Path) -> dict[str, dict[str, dict[str, Any]]]:

@@ -1,0 +1,118 @@
+"""Each stdio server writes its stderr on a pipe of its own, copied to the bridge's errlog.
+
+A Node.js server makes its stderr non-blocking; were that stderr the errlog itself
+(shared with the gateway and every other server), a Python server logging a burst would
+fail with BlockingIOError as soon as the pipe filled.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import anyio
+import pytest
+from fixtures.bridge_support import HERE, everything_server, open_kernel
+
+from toolkernel.codes import Status
+from toolkernel.mcp import McpBridge, ServerConfig
+
+pytestmark = pytest.mark.anyio
+
+ROUGH_SERVER = HERE / "rough_server.py"
+BURST = 20_000  # about 2.5 MB: many times what a pipe holds
+
+
+def rough_server(name: str = "rough") -> ServerConfig:
+    return ServerConfig(name=name, command=(sys.executable, str(ROUGH_SERVER)))
+
+
+class PipeLog:
+    """An errlog that is a pipe, as a gateway's stderr is; a thread drains it."""
+
+    def __init__(self) -> None:
+        read_fd, write_fd = os.pipe()
+        self.writer: IO[str] = os.fdopen(write_fd, "w", encoding="utf-8")
+        self._reader = os.fdopen(read_fd, "rb")
+        self._chunks: list[bytes] = []
+        self._thread = threading.Thread(target=self._drain, daemon=True)
+        self._thread.start()
+
+    @property
+    def blocking(self) -> bool:
+        return os.get_blocking(self.writer.fileno())
+
+    def text(self) -> str:
+        self.writer.close()
+        self._thread.join(timeout=30)
+        return b"".join(self._chunks).decode("utf-8", "replace")
+
+    def _drain(self) -> None:
+        while chunk := self._reader.read1(65_536):
+            self._chunks.append(chunk)
+        self._reader.close()
+
+
+@pytest.fixture
+def errlog() -> Iterator[PipeLog]:
+    log = PipeLog()
+    yield log
+    log.writer.close()
+
+
+async def test_a_node_server_cannot_make_the_shared_stderr_nonblocking_for_the_others(
+    workspace, errlog
+):
+    kernel = open_kernel(workspace)
+    run = kernel.start_run()
+    servers = [everything_server("every"), rough_server()]
+    with anyio.fail_after(60):
+        async with McpBridge(kernel, servers, errlog=errlog.writer) as bridge:
+            reports = await bridge.connect_all(run)
+            assert all(report.connected for report in reports), reports
+            echo = await kernel.call(run, "every.echo", {"message": "hi"})
+            assert echo.status is Status.SUCCEEDED
+            assert errlog.blocking  # Node.js changed its own pipe, not ours
+            burst = await kernel.call(run, "rough.burst", {"lines": BURST})
+            assert burst.status is Status.SUCCEEDED, burst.safe_message
+    logged = errlog.text()
+    assert "rough server ready" in logged  # what servers write still reaches the errlog
+    assert f"{BURST - 1} noise" in logged
+
+
+async def test_a_servers_stderr_is_not_the_bridges_own(workspace, errlog):
+    kernel = open_kernel(workspace)
+    with anyio.fail_after(30):
+        async with McpBridge(kernel, [rough_server()], errlog=errlog.writer) as bridge:
+            [report] = await bridge.connect_all()
+            assert report.connected, report.error
+            ours = os.fstat(errlog.writer.fileno())
+            children = [
+                entry
+                for entry in Path("/proc").iterdir()
+                if entry.name.isdigit() and _parent(entry) == os.getpid() and _is_rough(entry)
+            ]
+            assert children
+            for child in children:
+                theirs = (child / "fd" / "2").stat()
+                assert (theirs.st_dev, theirs.st_ino) != (ours.st_dev, ours.st_ino)
+    assert "rough server ready" in errlog.text()
+
+
+def _parent(process: Path) -> int:
+    try:
+        stat = (process / "stat").read_text(encoding="utf-8")
+        return int(stat.rpartition(")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+def _is_rough(process: Path) -> bool:
+    try:
+        return str(ROUGH_SERVER).encode() in (process / "cmdline").read_bytes()
+    except OSError:
+        return False
