@@ -319,6 +319,7 @@ def _mcp_approve(args: argparse.Namespace) -> int:
     with _rejection_explained(args):
         pin = approve_pin(_config(args).state_dir, args.server, args.tool)
     print(f"approved {args.server}.{args.tool} at {pin.hash}")
+    print("a running toolkernel serve exposes it again within a second")
     return EXIT_OK
 
 
