@@ -130,7 +130,7 @@ class _Admitted:
     started_at: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made once per call, and frozen init costs twice
 class _Finished:
     """A dispatched call's result and its events (PROGRESS, RESULT), to write in order."""
 
