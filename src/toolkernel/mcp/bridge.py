@@ -60,6 +60,7 @@ import os
 import re
 import socket
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass, field
@@ -398,7 +399,7 @@ class ServerConnection:
                 cwd=config.cwd,
             )
             _SDK_STDIO_LOG.addFilter(_without_parse_tracebacks)  # idempotent
-            target = _parsed_only(_stdio(params, self._group, self._errlog), start)
+            target = _parsed_only(_stdio(params, self._errlog), start)
         return Client(
             target,
             mode="legacy",
@@ -415,18 +416,18 @@ class ServerConnection:
 
 @asynccontextmanager
 async def _stdio(
-    params: StdioServerParameters, group: anyio.abc.TaskGroup, errlog: TextIO | None
+    params: StdioServerParameters, errlog: TextIO | None
 ) -> AsyncIterator[TransportStreams]:
     """The SDK's stdio transport, with the server's stderr on a pipe of its own that a
-    task of ``group`` copies to ``errlog`` (default: our stderr)."""
+    thread copies to ``errlog`` (default: our stderr)."""
     stderr = _ChildStderr(errlog)
-    group.start_soon(stderr.copy)
     try:
         async with stdio_client(params, errlog=stderr.child_end) as streams:
             stderr.spawned()
             yield streams
     finally:
-        await stderr.close()
+        with anyio.CancelScope(shield=True):
+            await stderr.close()
 
 
 class _ChildStderr:
@@ -434,76 +435,45 @@ class _ChildStderr:
 
     Children are not given our stderr itself: they would share its open file
     description, and one that makes it non-blocking (Node.js does) would make every
-    other writer's burst, and ours, fail with EAGAIN whenever the pipe is full. The
-    copy is written from a worker thread, so a slow reader of our stderr holds back
-    the server that writes (as a full pipe would), never the event loop.
+    other writer's burst, and ours, fail with EAGAIN whenever the pipe is full. A
+    thread of its own blocks on the pipe and writes what comes: Python servers log a
+    line per request, and the event loop (and the calls on it) never wakes for them;
+    a slow reader of our stderr holds back only the server that writes, as a full pipe
+    would.
     """
 
     def __init__(self, errlog: TextIO | None) -> None:
         read_fd, write_fd = os.pipe()
-        os.set_blocking(read_fd, False)  # our end only: the child's end stays blocking
         self.child_end: TextIO = os.fdopen(write_fd, "w", encoding="utf-8")
-        self._read_fd: int | None = read_fd
-        self._copying = False
         self._errlog = errlog
-        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        # Shielded: while the bridge shuts down, what a stopping server still writes
-        # is copied (it would get EPIPE otherwise); ``close`` ends it, always.
-        self._scope = anyio.CancelScope(shield=True)
-        self._done = anyio.Event()
+        self._copier = threading.Thread(
+            target=self._copy, args=(read_fd,), name="mcp-server-stderr", daemon=True
+        )
+        self._copier.start()
 
     def spawned(self) -> None:
         """The child has its copy of the write end: close ours, so that the pipe ends
         when the server (and whatever it started) has exited."""
         self.child_end.close()
 
-    async def copy(self) -> None:
-        """Copy until the pipe ends or ``close`` stops it."""
-        fd = self._read_fd
-        if fd is None:
-            return  # closed before this task ran
-        self._copying = True
-        try:
-            with self._scope:
-                while chunk := await _read_some(fd):
-                    await anyio.to_thread.run_sync(self._write, self._decoder.decode(chunk))
-        finally:
-            self._release()
-            self._done.set()
-
     async def close(self) -> None:
-        """Stop copying once what the server wrote is copied, or after
-        ``STDERR_FLUSH_S`` (a process it started may keep the pipe open)."""
+        """Wait until what the server wrote is copied, at most ``STDERR_FLUSH_S`` (a
+        process it started may keep the pipe open; the thread then ends with it)."""
         self.child_end.close()
-        if not self._copying:
-            self._release()  # the task has not run: it finds nothing to copy
-            return
-        with anyio.move_on_after(STDERR_FLUSH_S, shield=True):
-            await self._done.wait()
-        self._scope.cancel()
+        await anyio.to_thread.run_sync(self._copier.join, STDERR_FLUSH_S, abandon_on_cancel=True)
 
-    def _release(self) -> None:
-        if self._read_fd is not None:
-            os.close(self._read_fd)
-            self._read_fd = None
-
-    def _write(self, text: str) -> None:
+    def _copy(self, fd: int) -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
         errlog = self._errlog or sys.stderr
-        with suppress(OSError, ValueError):  # our stderr is gone: nobody to show it to
-            errlog.write(text)
-            errlog.flush()
-
-
-async def _read_some(fd: int) -> bytes:
-    """What a non-blocking pipe holds, once it holds something; b"" at its end."""
-    while True:
-        await anyio.wait_readable(fd)
         try:
-            return os.read(fd, _STDERR_CHUNK)
-        except BlockingIOError:
-            continue
+            while chunk := os.read(fd, _STDERR_CHUNK):
+                with suppress(OSError, ValueError):  # our stderr is gone: nobody reads it
+                    errlog.write(decoder.decode(chunk))
+                    errlog.flush()
         except OSError:
-            return b""
+            pass  # the pipe broke: the server is gone
+        finally:
+            os.close(fd)
 
 
 def _without_parse_tracebacks(record: logging.LogRecord) -> bool:
