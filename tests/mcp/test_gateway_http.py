@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
-import httpx
 import mcp_types as types
 import pytest
 from mcp import Client
@@ -30,6 +31,13 @@ from toolkernel.errors import UsageError
 from toolkernel.ledger import EventType
 from toolkernel.mcp.gateway import _rebinding_guard, check_host
 from toolkernel.mcp.gateway_render import PROJECTION_META, RUN_META
+
+
+class _Answer(NamedTuple):
+    status_code: int
+    headers: dict[str, str]
+    text: str
+
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFORMANCE = ROOT / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
@@ -212,22 +220,24 @@ def test_requests_too_deep_or_too_long_for_json_readers_get_a_parse_error(
         '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fixture.steps",'
         f'"arguments":{{"count":1{"0" * 5000}}}}}}}',
     ]
-    with httpx.Client(timeout=WAIT_S) as client:
-        started = client.post(gateway.url, json=initialize, headers=headers)
-        headers["Mcp-Session-Id"] = started.headers["mcp-session-id"]
-        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-        client.post(gateway.url, json=initialized, headers=headers)
-        answers = [
-            client.post(
-                gateway.url, content=body, headers={**headers, "Content-Type": "application/json"}
-            )
-            for body in unreadable
-        ]
-        ping = client.post(
-            gateway.url, json={"jsonrpc": "2.0", "id": 3, "method": "ping"}, headers=headers
-        )
+
+    def post(body: object, extra: dict[str, str] | None = None) -> _Answer:
+        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        sent = {**headers, "Content-Type": "application/json", **(extra or {})}
+        request = urllib.request.Request(gateway.url, data=data, headers=sent, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=WAIT_S) as response:
+                return _Answer(response.status, dict(response.headers), response.read().decode())
+        except urllib.error.HTTPError as error:
+            return _Answer(error.code, dict(error.headers), error.read().decode())
+
+    started = post(initialize)
+    headers["Mcp-Session-Id"] = {k.lower(): v for k, v in started.headers.items()}["mcp-session-id"]
+    post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    answers = [post(body) for body in unreadable]
+    ping = post({"jsonrpc": "2.0", "id": 3, "method": "ping"})
     for answer in answers:
         assert answer.status_code == 400
-        assert answer.json()["error"]["code"] == types.PARSE_ERROR
+        assert json.loads(answer.text)["error"]["code"] == types.PARSE_ERROR
     assert ping.status_code == 200
     assert '"id":3' in ping.text.replace(" ", "")
