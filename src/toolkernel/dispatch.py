@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import copy
 import queue
 import threading
 import time
@@ -97,6 +98,9 @@ class Adapter(Protocol):
     async def invoke(self, invocation: Invocation) -> Any: ...
 
 
+_CONTAINERS: Final = (dict, list)
+
+
 class NativeAdapter:
     """In-process Python tools: async functions run directly, sync ones in a worker thread.
 
@@ -114,6 +118,11 @@ class NativeAdapter:
         if handler is None:
             raise ToolFailed("this tool has no implementation", code=ErrorCode.INTERNAL_ERROR)
         kwargs = dict(invocation.arguments)
+        for name, value in kwargs.items():
+            if type(value) in _CONTAINERS:
+                # The tool's own copy: the ledger's REQUEST (stored after a READ_ONLY call
+                # ran) and a retry must see the arguments as proposed.
+                kwargs[name] = copy.deepcopy(value)
         for name in tool.integer_parameters:
             value = kwargs.get(name)
             if type(value) is float and value.is_integer():  # 1.0: an integer to the schema

@@ -30,6 +30,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -532,7 +533,8 @@ class Kernel:
         approver: Approver | None = None,
         repeats: Collection[int] = (),
     ) -> list[ToolCallResult]:
-        if _RUNNING.get() is run:
+        running = _RUNNING.get()
+        if running and running[0] is run:
             raise UsageError(
                 "a tool called the kernel on the run it is running in, which would wait "
                 "for itself; give the nested call a run of its own (kernel.start_run())"
@@ -729,11 +731,15 @@ class Kernel:
         adapter = self.adapters[admitted.tool.definition.execution_mode]
         arguments = admitted.request.arguments or {}
         invocation = Invocation(admitted.tool, arguments, make_context=make_context)
-        running = _RUNNING.set(run)  # seen by the tool, its threads included
+        # Seen by the tool and what it starts (threads, tasks); emptied when the call
+        # ends, so a task that outlives it may use the run.
+        cell = [run]
+        mark = _RUNNING.set(cell)
         try:
             return await dispatch(adapter, invocation, token)
         finally:
-            _RUNNING.reset(running)
+            cell.clear()
+            _RUNNING.reset(mark)
             run.calls.pop(call_id, None)
             run.token.release(token)
 
@@ -1069,8 +1075,11 @@ class Kernel:
                 ErrorCode.APPROVAL_REQUIRED,
                 _approval_required_message(tool.name, decision.approval_reasons),
             )
+        # Not while the batch holds an idempotency key: a duplicate could take the gate
+        # and wait for this call, which would then wait for the gate.
+        aside = run.gate.stepped_aside(exclusive) if not journal.held else nullcontext()
         try:
-            async with run.gate.stepped_aside(exclusive):
+            async with aside:
                 answer = await ask(approver, held)
         except Exception as exc:  # noqa: BLE001 - a broken approver must not approve
             answer = ApprovalDecision(False, "error", f"approver failed: {type(exc).__name__}")
@@ -1172,9 +1181,9 @@ def _segments(registry: Registry, calls: Sequence[ToolCall]) -> list[tuple[bool,
     return segments
 
 
-# The run whose tool is running in this context: a tool that calls the kernel on it
-# would wait for itself (its batch holds the run's gate), so that is refused.
-_RUNNING: Final[ContextVar[Run | None]] = ContextVar("toolkernel_running", default=None)
+# The run whose tool is running in this context (while it runs): a tool that calls the
+# kernel on it would wait for itself (its batch holds the run's gate), so that is refused.
+_RUNNING: Final[ContextVar[list[Run] | None]] = ContextVar("toolkernel_running", default=None)
 _RUN_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 
 _TEXT_FIELDS: Final = (

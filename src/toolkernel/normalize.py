@@ -82,7 +82,7 @@ def normalize(outcome: Outcome, fin: Finishing) -> Outcome:
         try:
             outcome.output = _jsonable(outcome.output, MAX_OUTPUT_DEPTH)
             fin.encoded = canonical_json(outcome.output)
-        except (TypeError, ValueError):
+        except Exception:  # noqa: BLE001 - the tool's objects: whatever they raise, refused
             return _contract_violation(outcome, fin, "output is not JSON-serializable")
     except ValueError:
         return _contract_violation(outcome, fin, "output is not JSON-serializable")
@@ -112,10 +112,13 @@ def _jsonable(value: Any, depth: int) -> Any:
     if isinstance(value, Enum):
         return _jsonable(value.value, depth)
     if isinstance(value, dict):
-        return {
-            key if isinstance(key, str) else _jsonable(key, depth): _jsonable(item, depth - 1)
-            for key, item in value.items()
-        }
+        converted: dict[Any, Any] = {}
+        for key, item in value.items():
+            name = key if isinstance(key, str) else _jsonable(key, depth)
+            if name in converted:  # {Kind.FILE: 1, "file": 2}: one would be lost
+                raise TypeError(f"two keys of the output read as {name!r}")
+            converted[name] = _jsonable(item, depth - 1)
+        return converted
     if isinstance(value, list | tuple):
         return [_jsonable(item, depth - 1) for item in value]
     if isinstance(value, set | frozenset):
@@ -133,7 +136,7 @@ def _jsonable(value: Any, depth: int) -> Any:
         return value.isoformat()
     dump = getattr(value, "model_dump", None)  # pydantic v2 models
     if callable(dump) and not isinstance(value, type):
-        return _jsonable(dump(mode="json"), depth)
+        return _jsonable(dump(mode="json"), depth - 1)
     return value  # left for the encoder to refuse
 
 

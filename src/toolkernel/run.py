@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from toolkernel.cancel import CancellationToken
 from toolkernel.codes import ErrorCode
@@ -175,6 +176,9 @@ class _ReadWriteGate:
         finally:
             with anyio.CancelScope(shield=True):
                 await self.acquire(exclusive)
+        # Cancelled while it waited for the gate: stop here, before the call runs (the
+        # holder's release still comes).
+        await anyio.lowlevel.checkpoint_if_cancelled()
 
     def release(self, exclusive: bool) -> None:
         if exclusive:

@@ -262,6 +262,86 @@ async def test_a_call_waiting_for_a_human_does_not_hold_up_the_runs_other_calls(
     assert kernel.ledger.verify().ok
 
 
+WRITE_PROFILE = '[run]\nprofile = "workspace-write"\n[[exposure]]\ntools = ["*"]\n'
+
+
+async def test_a_held_call_with_an_idempotency_key_keeps_the_gate_for_its_duplicate(
+    kernel_factory, calls
+):
+    # Stepping aside would let a duplicate of the key take the gate and wait for this
+    # call, which would wait for the gate: with a key, the call keeps it.
+    asked = anyio.Event()
+    answer = anyio.Event()
+
+    async def human(request: ApprovalRequest) -> ApprovalDecision:
+        asked.set()
+        await answer.wait()
+        return ApprovalDecision(True, "human")
+
+    kernel = kernel_factory(WRITE_PROFILE, approver=human)
+    run = kernel.start_run()
+    out = {}
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+
+            async def reset(call_id: str) -> None:
+                out[call_id] = await kernel.call(
+                    run, "repo.reset", {}, tool_call_id=call_id, idempotency_key="K"
+                )
+
+            group.start_soon(reset, "a")
+            await asked.wait()
+            group.start_soon(reset, "b")
+            await anyio.sleep(0.05)
+            answer.set()
+    assert [out[c].status for c in "ab"] == [Status.SUCCEEDED] * 2
+    assert calls.count == {"repo.reset": 1}
+
+
+async def test_a_call_cancelled_while_it_waits_to_take_the_gate_back_never_runs(
+    kernel_factory, calls
+):
+    asked = anyio.Event()
+    answer = anyio.Event()
+
+    async def human(request: ApprovalRequest) -> ApprovalDecision:
+        asked.set()
+        await answer.wait()
+        return ApprovalDecision(True, "human")
+
+    @tool("file.slow_write", mutating=True)
+    async def slow_write() -> str:
+        """Hold the run's gate for a while."""
+        await anyio.sleep(0.5)
+        return "written"
+
+    kernel = kernel_factory(WRITE_PROFILE, approver=human)
+    kernel.register(slow_write)
+    run = kernel.start_run()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            scope = anyio.CancelScope()
+
+            async def reset() -> None:
+                with scope:
+                    await kernel.call(run, "repo.reset", {}, tool_call_id="a")
+
+            group.start_soon(reset)
+            await asked.wait()
+            group.start_soon(kernel.call, run, "file.slow_write", {})
+            await anyio.sleep(0.1)  # the write holds the gate
+            answer.set()  # approved: the reset waits for the gate
+            await anyio.sleep(0.1)
+            scope.cancel()  # its caller gives up first
+    assert "repo.reset" not in calls.count
+    (result,) = [
+        e.payload["result"]
+        for e in kernel.ledger.events(run.id)
+        if e.tool_call_id == "a" and e.type is EventType.TOOL_CALL_RESULT
+    ]
+    assert result["errorCode"] == "USER_CANCELLED"
+
+
 async def test_network_denied_by_policy_is_refused(kernel_factory):
     kernel = kernel_factory(
         """

@@ -12,6 +12,7 @@ import pytest
 
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.functions import tool
+from toolkernel.run import ToolCall
 
 pytestmark = pytest.mark.anyio
 
@@ -96,3 +97,42 @@ async def test_what_has_no_json_form_is_still_an_output_contract_violation(kerne
     kernel.register(raw)
     result = await kernel.call(kernel.start_run(), "repo.raw", {})
     assert result.error_code is ErrorCode.OUTPUT_CONTRACT_VIOLATION
+
+
+@dataclasses.dataclass
+class Lazy:
+    ready: bool = dataclasses.field(init=False)  # never set
+
+
+class Exploding(pydantic.BaseModel):
+    value: int = 1
+
+    def model_dump(self, **kwargs: object) -> dict[str, object]:
+        raise RuntimeError("serializer failed")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        Lazy(),
+        Exploding(),
+        {Mode.FAST: 1, "fast": 2},
+        {uuid.UUID(int=1): "a", str(uuid.UUID(int=1)): "b"},
+    ],
+    ids=["unset-dataclass-field", "raising-model-dump", "enum-key-collision", "uuid-key-collision"],
+)
+async def test_output_whose_conversion_fails_or_loses_an_entry_is_refused_alone(
+    kernel_factory, value
+):
+    @tool("repo.odd")
+    def odd() -> object:
+        """Return something whose JSON form cannot be made without loss."""
+        return value
+
+    kernel = kernel_factory()
+    kernel.register(odd)
+    run = kernel.start_run()
+    results = await kernel.call_many(
+        run, [ToolCall("repo.odd", {}), ToolCall("repo.lookup", {"query": "q"})]
+    )
+    assert [r.error_code for r in results] == [ErrorCode.OUTPUT_CONTRACT_VIOLATION, None]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import hashlib
 import json
 import threading
 import time
@@ -814,3 +815,57 @@ async def test_a_tool_calling_the_kernel_on_its_own_run_fails_instead_of_waiting
         "UsageError: a tool called the kernel on the run it is running in" in t for t in tracebacks
     )
     assert len(tracebacks) == 2
+
+
+async def test_a_task_a_tool_started_may_use_the_run_once_the_call_is_over(kernel_factory):
+    # The nested-call guard is for the call's lifetime only: nothing waits for a task
+    # that outlives it.
+    later: list[ToolCallResult] = []
+    done = anyio.Event()
+
+    @tool("job.spawn")
+    async def spawn(ctx: ToolContext) -> str:
+        """Start background work that calls the kernel after this call."""
+
+        async def background() -> None:
+            await anyio.sleep(0.05)
+            later.append(await ctx.kernel.call(ctx.run, "repo.lookup", {"query": "x"}))
+            done.set()
+
+        asyncio.get_running_loop().create_task(background())
+        return "started"
+
+    kernel = kernel_factory()
+    kernel.register(spawn)
+    run = kernel.start_run()
+    assert (await kernel.call(run, "job.spawn", {})).status is Status.SUCCEEDED
+    with anyio.fail_after(5):
+        await done.wait()
+    assert [r.status for r in later] == [Status.SUCCEEDED]
+
+
+async def test_a_tool_that_changes_its_arguments_changes_only_its_own_copy(kernel_factory):
+    seen = []
+
+    @tool("job.mutate", idempotent=True, retry=RetryPolicy(attempts=2, backoff_ms=1))
+    def mutate(terms: list[str], options: dict[str, list[str]]) -> str:
+        """Change the arguments in place, fail once."""
+        seen.append((list(terms), dict(options)))
+        terms.append("added")
+        options["extra"] = ["x"]
+        if len(seen) == 1:
+            raise ToolFailed("try again", code=ErrorCode.REMOTE_ERROR, retryable=True)
+        return "ok"
+
+    kernel = kernel_factory()
+    kernel.register(mutate)
+    run = kernel.start_run()
+    args = {"terms": ["a"], "options": {"k": ["v"]}}
+    result = await kernel.call(run, "job.mutate", args)
+    assert result.status is Status.SUCCEEDED
+    assert seen == [(["a"], {"k": ["v"]})] * 2  # the retry got the arguments as proposed
+    (request,) = [
+        e.payload for e in kernel.ledger.events(run.id) if e.type is EventType.TOOL_CALL_REQUEST
+    ]
+    assert request["arguments"] == {"terms": ["a"], "options": {"k": ["v"]}}
+    assert request["argumentsHash"] == "sha256:" + hashlib.sha256(canonical_json(args)).hexdigest()
