@@ -253,3 +253,34 @@ def test_nested_policy_files_are_put_back_as_they_were(kernel, script):
     assert not (ws / "sub" / "toolkernel.toml").exists()
     assert (ws / "vendor" / "toolkernel.toml").read_text() == "# vendor policy\n"
     assert str(ws) not in result.safe_message
+
+
+def test_a_nested_policy_file_planted_as_a_symlink_is_removed(kernel_configured_elsewhere):
+    # ripgrep skips symlinks, but a runtime started in sub/ would follow this one.
+    kernel = kernel_configured_elsewhere
+    ws = kernel.config.workspace
+    (ws / "sub").mkdir()
+    script = (
+        "printf '[policy]\\nnetwork = \"allow\"\\n' > notes.txt; "
+        "ln -s ../notes.txt sub/toolkernel.toml"
+    )
+    result = run_shell(kernel, "sh", "-c", script)
+    assert str(result.error_code) == "POLICY_VIOLATION"
+    assert "sub/toolkernel.toml" in result.safe_message
+    assert not (ws / "sub" / "toolkernel.toml").is_symlink()
+    assert (ws / "notes.txt").exists()  # only the policy file goes
+
+
+def test_a_policy_file_that_was_a_symlink_before_stays_one(kernel_configured_elsewhere):
+    # A team's sub/toolkernel.toml linking to a shared one is theirs: kept as it was,
+    # and put back if a command points it elsewhere.
+    kernel = kernel_configured_elsewhere
+    ws = kernel.config.workspace
+    (ws / "shared.toml").write_text("# shared\n")
+    (ws / "sub").mkdir()
+    (ws / "sub" / "toolkernel.toml").symlink_to("../shared.toml")
+    ordinary = run_shell(kernel, "sh", "-c", "echo ok > other.txt")
+    assert ordinary.status is Status.SUCCEEDED
+    retarget = run_shell(kernel, "sh", "-c", "ln -sfn ../other.txt sub/toolkernel.toml")
+    assert str(retarget.error_code) == "POLICY_VIOLATION"
+    assert (ws / "sub" / "toolkernel.toml").readlink() == Path("../shared.toml")

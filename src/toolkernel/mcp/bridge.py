@@ -616,7 +616,7 @@ class McpBridge:
     async def __aenter__(self) -> Self:
         if any(config.sandbox == "workspace" for config in self.servers.values()):
             workspace = self.kernel.guard.workspace
-            listing = partial(config_files, workspace, self.kernel.config.sandbox.get("rg"))
+            listing = partial(config_files, workspace)
             existing = await anyio.to_thread.run_sync(listing)
             self._policy = PolicySnapshot.take(self.kernel.policy_files, workspace, existing)
             self._policy_listing = listing

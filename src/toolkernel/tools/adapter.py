@@ -347,18 +347,19 @@ class Sandbox:
             raise ToolFailed(self._timeout_message(timeout_s), code=ErrorCode.TIMEOUT)
         kernel = self._ctx.kernel
         assert kernel is not None
-        views: dict[str, tuple[Path, ...]] = {"read_only": ()}
+        views: dict[str, tuple[Path, ...]] = {"read_only": (), "policy": ()}
 
         async def view(key: str, listing: Callable[[], tuple[Path, ...]]) -> None:
             views[key] = await anyio.to_thread.run_sync(listing)
 
-        async with anyio.create_task_group() as group:  # two tree walks, side by side
+        async with anyio.create_task_group() as group:  # the tree walks, side by side
             group.start_soon(view, "hidden", self._protected_paths)
             if self.writable:
                 config, rg = kernel.config, self.settings.rg
                 group.start_soon(
                     view, "read_only", lambda: write_protected(config, self.workspace, rg)
                 )
+                group.start_soon(view, "policy", partial(config_files, self.workspace))
         spec = SandboxSpec(
             workspace=self.workspace,
             writable=self.writable,
@@ -378,7 +379,7 @@ class Sandbox:
         # one's directory can be moved aside: whatever the command did to any
         # toolkernel.toml is undone when it ends (see toolkernel.tools.planted).
         snapshot = (
-            PolicySnapshot.take(kernel.policy_files, self.workspace, views["read_only"])
+            PolicySnapshot.take(kernel.policy_files, self.workspace, views["policy"])
             if self.writable
             else None
         )
@@ -406,7 +407,7 @@ class Sandbox:
     async def _restore(self, snapshot: PolicySnapshot | None) -> Planted:
         if snapshot is None:
             return Planted()
-        return await snapshot.restore_async(partial(config_files, self.workspace, self.settings.rg))
+        return await snapshot.restore_async(partial(config_files, self.workspace))
 
     async def _run(
         self,
@@ -651,12 +652,19 @@ def write_protected(config: Config, workspace: Path, rg: str | None = None) -> t
     return tuple(protected)
 
 
-def config_files(workspace: Path, rg: str | None) -> tuple[Path, ...]:
-    """Every ``toolkernel.toml`` in the workspace now (the runtime's state excluded)."""
-    return tuple(
-        workspace / name
-        for name in _rg_files(workspace, rg, f"**/{CONFIG_FILENAME}", "!.toolkernel")
-    )
+def config_files(workspace: Path) -> tuple[Path, ...]:
+    """Every entry named ``toolkernel.toml`` in the workspace now, whatever it is: a
+    file, or a symlink (which ripgrep would skip, and a runtime started there would
+    follow), a FIFO, a directory. Symlinked directories are not entered; the runtime's
+    state is left out."""
+    found: list[Path] = []
+    top = str(workspace)
+    for root, dirs, files in os.walk(workspace, followlinks=False):
+        if root == top and ".toolkernel" in dirs:
+            dirs.remove(".toolkernel")
+        if CONFIG_FILENAME in files or CONFIG_FILENAME in dirs:
+            found.append(Path(root) / CONFIG_FILENAME)
+    return tuple(found)
 
 
 def _rg_files(workspace: Path, rg: str | None, *globs: str) -> list[str]:

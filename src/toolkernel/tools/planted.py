@@ -18,7 +18,7 @@ import shutil
 import stat
 from collections.abc import Callable, Iterable
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio.to_thread
@@ -88,6 +88,7 @@ class PolicySnapshot:
     """
 
     files: dict[Path, bytes | None]
+    links: dict[Path, str] = field(default_factory=dict)  # existing symlinks: their target
 
     @classmethod
     def take(
@@ -96,11 +97,16 @@ class PolicySnapshot:
         files: dict[Path, bytes | None] = dict.fromkeys(
             absent_policy_files(policy_files, workspace)
         )
+        links: dict[Path, str] = {}
         for path in existing:
-            if path.name == CONFIG_FILENAME and path.is_file() and not path.is_symlink():
-                with suppress(OSError):
+            if path.name != CONFIG_FILENAME:
+                continue
+            with suppress(OSError):
+                if path.is_symlink():
+                    links[path] = str(path.readlink())
+                elif path.is_file():
                     files[path] = path.read_bytes()
-        return cls(files)
+        return cls(files, links)
 
     def restore(self, now: Iterable[Path] = ()) -> Planted:
         """Put every policy file back as it was; ``now`` lists those there now.
@@ -109,7 +115,8 @@ class PolicySnapshot:
         once the process that could change them is gone, so nothing redoes it. Never
         raises: what cannot be undone is in ``Planted.left`` (and logged as an error).
         """
-        changed = [p for p in now if p not in self.files]
+        changed = [p for p in now if p not in self.files and p not in self.links]
+        changed += [p for p, target in self.links.items() if _link_target(p) != target]
         for path, content in self.files.items():
             if content is None:
                 if os.path.lexists(path):
@@ -128,6 +135,9 @@ class PolicySnapshot:
                 with suppress(OSError):
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_bytes(content)
+            elif removed and path in self.links:
+                with suppress(OSError):
+                    path.symlink_to(self.links[path])
             if not removed or (content is not None and _read(path) != content):
                 _log.error("could not restore %s, which a sandboxed process changed", path)
                 left.append(path)
@@ -141,6 +151,13 @@ class PolicySnapshot:
         return await anyio.to_thread.run_sync(
             lambda: self.restore(() if listing is None else listing())
         )
+
+
+def _link_target(path: Path) -> str | None:
+    try:
+        return str(path.readlink())
+    except OSError:
+        return None
 
 
 def _read(path: Path) -> bytes | None:
