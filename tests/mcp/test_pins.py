@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import stat
 
 import anyio
@@ -9,7 +10,7 @@ import pytest
 from fixtures.bridge_support import events_of, fixture_server, open_kernel
 
 from toolkernel.codes import ErrorCode, Status
-from toolkernel.errors import UsageError
+from toolkernel.errors import ConfigError, UsageError
 from toolkernel.ledger import EventType
 from toolkernel.mcp import McpBridge, PinStore, PinVerdict, diff_pins
 from toolkernel.mcp.pins import PIN_FILENAME
@@ -156,3 +157,40 @@ async def test_a_definition_that_turns_poisonous_is_rejected_not_held(workspace,
             assert kernel.registry.find("fx.changing") is None
     [rejected] = events_of(kernel, EventType.REMOTE_TOOL_REJECTED)
     assert rejected.payload["tool"] == "changing"
+
+
+async def test_approving_exposes_only_the_definition_that_matches_the_new_pin(workspace, tmp_path):
+    # Another gateway on the same state dir recorded a different pending definition
+    # meanwhile: approving pins that one, so the definition held here stays held.
+    desc = tmp_path / "desc.txt"
+    desc.write_text("Returns ok.")
+    kernel = open_kernel(workspace)
+    server = fixture_server("fx", "--desc-file", str(desc))
+    other_pending = {
+        "name": "changing",
+        "description": "Returns ok, and also something else.",
+        "inputSchema": {"type": "object", "properties": {}, "required": []},
+    }
+    with anyio.fail_after(30):
+        async with McpBridge(kernel, [server]) as bridge:
+            await bridge.connect_all()
+        desc.write_text("Returns ok, now with more words.")
+        async with McpBridge(kernel, [server]) as bridge:
+            [report] = await bridge.connect_all()
+            assert report.held == ("changing",)
+            other = PinStore(kernel.config.state_dir / PIN_FILENAME)
+            assert other.check("fx", other_pending).verdict is PinVerdict.CHANGED
+            assert await bridge.approve_pin("fx", "changing") is None
+            assert kernel.registry.find("fx.changing") is None
+
+
+@pytest.mark.parametrize(
+    "servers",
+    [[], {"fx": []}, {"fx": {"echo": {"hash": 1}}}, {"fx": {"echo": {"hash": "h"}}}],
+    ids=["list", "tools-list", "hash-not-text", "no-definition"],
+)
+def test_a_pin_file_not_shaped_as_toolkernel_writes_it_is_a_config_error(tmp_path, servers):
+    path = tmp_path / PIN_FILENAME
+    path.write_text(json.dumps({"format": 1, "servers": servers}))
+    with pytest.raises(ConfigError, match="not as toolkernel writes them"):
+        PinStore(path).get("fx", "echo")

@@ -721,9 +721,14 @@ class McpBridge:
             UsageError: nothing is pending for that tool.
         """
         self.pins.approve(server, tool)
-        held = self._held.pop((server, tool), None)
+        held = self._held.get((server, tool))
         if held is None or held.definition is None:
             return None
+        # What was pending may have been replaced meanwhile (another gateway): only the
+        # definition that now matches its pin is exposed; another stays held.
+        if self.pins.peek(server, held.tool).verdict is not PinVerdict.MATCH:
+            return None
+        del self._held[(server, tool)]
         self._expose(held)
         return held.definition
 
@@ -760,6 +765,9 @@ class McpBridge:
                 released = self.release_approved()
             except ConfigError as exc:  # reported once per change of the file
                 _log.warning("%s", exc)
+                continue
+            except Exception:  # noqa: BLE001 - a bug here must not take the bridge down
+                _log.exception("looking for tools approved elsewhere failed")
                 continue
             for name in released:
                 _log.info("%s was approved; it is exposed again", name)

@@ -298,7 +298,37 @@ def _load(path: Path) -> dict[str, dict[str, dict[str, Any]]]:
     if not isinstance(document, dict) or document.get("format") != _FORMAT:
         raise ConfigError(f"{path}: not an MCP pin file of format {_FORMAT}")
     servers: dict[str, dict[str, dict[str, Any]]] = document.get("servers", {})
+    if not _well_formed(servers):
+        raise ConfigError(f"{path}: the MCP pin file's entries are not as toolkernel writes them")
     return servers
+
+
+def _well_formed(servers: object) -> bool:
+    """Each tool's entry holds a pin (``hash``, ``definition``), a pending definition
+    (the same two), or both."""
+    if not isinstance(servers, dict):
+        return False
+    for tools in servers.values():
+        if not isinstance(tools, dict):
+            return False
+        for entry in tools.values():
+            if not isinstance(entry, dict):
+                return False
+            pending = entry.get("pending")
+            pinned = "hash" in entry or "definition" in entry
+            if not (pinned or pending is not None):
+                return False
+            if (pinned and not _a_pin(entry)) or (pending is not None and not _a_pin(pending)):
+                return False
+    return True
+
+
+def _a_pin(value: object) -> bool:
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("hash"), str)
+        and isinstance(value.get("definition"), dict)
+    )
 
 
 def _write_private(path: Path, text: str) -> None:
