@@ -449,10 +449,12 @@ def test_requests_too_deep_or_too_long_for_json_readers_get_an_answer(workspace:
         '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"fixture.steps",'
         f'"arguments":{{"count":{digits}}}}}}}\n'
         f'{{"jsonrpc":"2.0","id":"four","method":"ping","params":{{"x":{deep}}}}}\n'
+        # A string JSON refuses (a bad escape, a raw tab) before the id.
+        '{"jsonrpc":"2.0","method":"ping","params":{"x":"a\\qb","y":"a\tb"},"id":6}\n'
         '{"jsonrpc":"2.0","id":5,"method":"ping"}\n'
     )
-    answers = anyio.run(_answers_to, workspace, sent, {2, 3, "four", 5})
-    for request_id in (2, 3, "four"):
+    answers = anyio.run(_answers_to, workspace, sent, {2, 3, "four", 5, 6})
+    for request_id in (2, 3, "four", 6):
         assert answers[request_id]["error"]["code"] == types.INVALID_REQUEST
         assert "could not be read" in answers[request_id]["error"]["message"]
     assert 99 not in answers

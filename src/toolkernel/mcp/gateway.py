@@ -585,7 +585,12 @@ def _skip_nested(text: str, pos: int) -> int:
     while (found := _NESTING.search(text, pos)) is not None:
         pos = found.end()
         if found.group() == '"':
-            _, pos = _SCALARS.raw_decode(text, found.start())  # brackets in it do not count
+            # Skipped, not decoded: brackets in it do not count, and a string JSON would
+            # refuse (a bad escape, a raw tab) must not hide the id that follows.
+            skipped = _ANY_STRING.match(text, found.start())
+            if skipped is None:
+                raise ValueError("unterminated string")
+            pos = skipped.end()
         elif found.group() in "[{":
             depth += 1
         else:
@@ -603,6 +608,7 @@ def _int_or_none(digits: str) -> int | None:
 
 
 _SCALARS: Final = json.JSONDecoder(parse_int=_int_or_none)
+_ANY_STRING: Final = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 
 
 async def _serve_http(server: Server[Any], host: str, port: int) -> None:
