@@ -7,6 +7,7 @@ fail with BlockingIOError as soon as the pipe filled.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -20,6 +21,7 @@ from fixtures.bridge_support import HERE, everything_server, open_kernel
 
 from toolkernel.codes import Status
 from toolkernel.mcp import McpBridge, ServerConfig
+from toolkernel.mcp.bridge import STDERR_FLUSH_S
 
 pytestmark = pytest.mark.anyio
 
@@ -116,3 +118,42 @@ def _is_rough(process: Path) -> bool:
         return str(ROUGH_SERVER).encode() in (process / "cmdline").read_bytes()
     except OSError:
         return False
+
+
+async def test_a_process_a_server_leaves_behind_does_not_keep_its_stderr_copier(
+    workspace, tmp_path
+):
+    # The server's background process holds its stderr open after each crash; the
+    # bridge still stops copying (and closes the pipe) once the server is gone.
+    import io
+
+    from fixtures.bridge_support import FIXTURE_SERVER
+
+    pids = tmp_path / "pids"
+    cmd = (
+        f"setsid sleep 60 </dev/null >/dev/null & echo $! >> {pids}; "
+        f"exec {sys.executable} {FIXTURE_SERVER}"
+    )
+    kernel = open_kernel(workspace)
+    server = ServerConfig(name="fx", command=("sh", "-c", cmd))
+
+    def copiers() -> int:
+        return sum(t.name == "mcp-server-stderr" for t in threading.enumerate())
+
+    try:
+        with anyio.fail_after(60):
+            async with McpBridge(kernel, [server], errlog=io.StringIO()) as bridge:
+                await bridge.connect_all()
+                run = kernel.start_run()
+                for _ in range(4):
+                    await kernel.call(run, "fx.crash", {})
+                    echoed = await kernel.call(run, "fx.echo", {"message": "x"})
+                    assert echoed.status is Status.SUCCEEDED
+                await anyio.sleep(STDERR_FLUSH_S + 1)  # the crashed ones' flush window
+                assert copiers() == 1  # the running server's own
+            assert copiers() == 0
+    finally:
+        kernel.close()
+        for pid in pids.read_text().split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), 9)

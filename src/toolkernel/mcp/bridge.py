@@ -58,6 +58,7 @@ import json
 import logging
 import os
 import re
+import select
 import socket
 import sys
 import threading
@@ -436,16 +437,18 @@ class _ChildStderr:
     Children are not given our stderr itself: they would share its open file
     description, and one that makes it non-blocking (Node.js does) would make every
     other writer's burst, and ours, fail with EAGAIN whenever the pipe is full. A
-    thread of its own blocks on the pipe and writes what comes: Python servers log a
+    thread of its own waits on the pipe and writes what comes: Python servers log a
     line per request, and the event loop (and the calls on it) never wakes for them;
     a slow reader of our stderr holds back only the server that writes, as a full pipe
-    would.
+    would. A second pipe wakes the thread to stop, so that a process the server left
+    behind, holding its stderr, does not keep the thread and the pipe alive.
     """
 
     def __init__(self, errlog: TextIO | None) -> None:
         read_fd, write_fd = os.pipe()
         self.child_end: TextIO = os.fdopen(write_fd, "w", encoding="utf-8")
         self._errlog = errlog
+        self._stop_read, self._stop_write = os.pipe()
         self._copier = threading.Thread(
             target=self._copy, args=(read_fd,), name="mcp-server-stderr", daemon=True
         )
@@ -457,16 +460,29 @@ class _ChildStderr:
         self.child_end.close()
 
     async def close(self) -> None:
-        """Wait until what the server wrote is copied, at most ``STDERR_FLUSH_S`` (a
-        process it started may keep the pipe open; the thread then ends with it)."""
+        """Wait until what the server wrote is copied, at most ``STDERR_FLUSH_S``, then
+        stop the thread (a process the server started may keep the pipe open)."""
         self.child_end.close()
         await anyio.to_thread.run_sync(self._copier.join, STDERR_FLUSH_S, abandon_on_cancel=True)
+        with suppress(OSError):
+            os.write(self._stop_write, b"x")
+        await anyio.to_thread.run_sync(self._copier.join, abandon_on_cancel=True)
+        os.close(self._stop_write)
 
     def _copy(self, fd: int) -> None:
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         errlog = self._errlog or sys.stderr
+        poller = select.poll()  # not select(): descriptors past 1024 are fine
+        poller.register(fd, select.POLLIN)
+        poller.register(self._stop_read, select.POLLIN)
         try:
-            while chunk := os.read(fd, _STDERR_CHUNK):
+            while True:
+                ready = {ready_fd for ready_fd, _ in poller.poll()}
+                if fd not in ready:
+                    break  # told to stop, and nothing is left to copy
+                chunk = os.read(fd, _STDERR_CHUNK)
+                if not chunk:
+                    break
                 with suppress(OSError, ValueError):  # our stderr is gone: nobody reads it
                     errlog.write(decoder.decode(chunk))
                     errlog.flush()
@@ -474,6 +490,7 @@ class _ChildStderr:
             pass  # the pipe broke: the server is gone
         finally:
             os.close(fd)
+            os.close(self._stop_read)
 
 
 def _without_parse_tracebacks(record: logging.LogRecord) -> bool:
