@@ -184,6 +184,11 @@ def _parser() -> argparse.ArgumentParser:
         pin_command.add_argument("server")
         pin_command.add_argument("tool")
         pin_command.set_defaults(handler=handler)
+        if name == "approve":
+            pin_command.add_argument(
+                "--hash",
+                help="approve only if the pending definition is this one (mcp diff shows it)",
+            )
 
     codes = commands.add_parser("codes", help="print the error-code taxonomy")
     codes.add_argument("--format", choices=("table", "markdown", "json"), default="table")
@@ -317,7 +322,7 @@ def _mcp_approve(args: argparse.Namespace) -> int:
     from toolkernel.mcp import approve_pin
 
     with _rejection_explained(args):
-        pin = approve_pin(_config(args).state_dir, args.server, args.tool)
+        pin = approve_pin(_config(args).state_dir, args.server, args.tool, expected=args.hash)
     print(f"approved {args.server}.{args.tool} at {pin.hash}")
     print("a running toolkernel serve exposes it again within a second")
     return EXIT_OK

@@ -163,16 +163,26 @@ class PinStore:
                 self._write()
         return seen
 
-    def approve(self, server: str, tool: str) -> Pin:
+    def approve(self, server: str, tool: str, *, expected: str | None = None) -> Pin:
         """Approve the pending definition of a tool: it becomes the pin.
 
+        ``expected`` (the pending hash ``diff_pins`` showed, or its first 19 characters
+        or more) makes sure the definition approved is the one that was reviewed:
+        another gateway on the same state directory may have recorded a different one.
+
         Raises:
-            UsageError: nothing is pending for that tool.
+            UsageError: nothing is pending for that tool, or not the ``expected`` one.
         """
         with self._locked():
             pending = self.pending(server, tool)
             if pending is None:
                 raise UsageError(f"no changed or new definition of {server}.{tool} awaits approval")
+            now = str(pending["hash"])
+            if expected is not None and not (len(expected) >= 19 and now.startswith(expected)):
+                raise UsageError(
+                    f"the definition of {server}.{tool} awaiting approval is {now}, not "
+                    f"{expected}: run toolkernel mcp diff {server} {tool} again"
+                )
             self._approve(server, tool, pending["definition"], pending["hash"])
             self._entry(server, tool).pop("pending", None)
             self._write()
@@ -255,16 +265,17 @@ def diff_pins(store: PinStore, server: str, tool: str) -> str:
     lines = difflib.unified_diff(
         old, new, old_label, f"{label} (pending {str(pending['hash'])[:19]})", lineterm=""
     )
-    return "\n".join(lines) + "\n"
+    approve = f"toolkernel mcp approve {server} {tool} --hash {pending['hash']}"
+    return "\n".join(lines) + f"\n\nto approve exactly this definition: {approve}\n"
 
 
-def approve_pin(state_dir: Path, server: str, tool: str) -> Pin:
+def approve_pin(state_dir: Path, server: str, tool: str, *, expected: str | None = None) -> Pin:
     """Approve a pending definition in the pin file of ``state_dir`` (for the CLI).
 
     Raises:
-        UsageError: nothing is pending for that tool.
+        UsageError: nothing is pending for that tool, or not the ``expected`` one.
     """
-    return PinStore.in_state_dir(state_dir).approve(server, tool)
+    return PinStore.in_state_dir(state_dir).approve(server, tool, expected=expected)
 
 
 def _pretty(definition: Mapping[str, Any]) -> list[str]:
