@@ -923,6 +923,8 @@ class Kernel:
         events: list[NewEvent],
         result: ToolCallResult,
         inflight: _Inflight | None = None,
+        *,
+        received_ns: int | None = None,
     ) -> ToolCallResult:
         # A refusal's message can carry configured text (a rule's reason) or echoes of
         # the proposal: it is masked like any output before the model sees it.
@@ -935,7 +937,7 @@ class Kernel:
         events.append(NewEvent(EventType.TOOL_CALL_RESULT, payload, request.tool_call_id))
         journal.write(events)
         _settle(self._inflight, request, inflight, result)
-        self._finished(request, result, request.tool_version)
+        self._finished(request, result, request.tool_version, received_ns)
         return result
 
     def _finished(
@@ -982,15 +984,8 @@ class Kernel:
             ErrorCode.DUPLICATE_CALL_ID,
             id=safe_field(request.tool_call_id),
         )
-        payload = _result_payload(request, result, request.tool_version)
-        journal.write(
-            [
-                NewEvent(EventType.TOOL_CALL_REQUEST, request.to_dict(), request.tool_call_id),
-                NewEvent(EventType.TOOL_CALL_RESULT, payload, request.tool_call_id),
-            ]
-        )
-        self._finished(request, result, request.tool_version, received_ns)
-        return result
+        events = [NewEvent(EventType.TOOL_CALL_REQUEST, request.to_dict(), request.tool_call_id)]
+        return self._refuse(journal, request, events, result, received_ns=received_ns)
 
     def _share(
         self, dup: _Duplicate, shared: ToolCallResult | None, journal: _Journal

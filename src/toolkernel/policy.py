@@ -241,23 +241,8 @@ def _authorize(
     approval_reasons = _approval_reasons(policy, d, rules, needs_network)
     audit = bool(rules) and any(rule.action is Action.AUDIT for rule in rules)
 
-    cost = policy.budget.cost_of(name)
-    overspent = spending_problem(policy, name, cost, meter)
-    if overspent is not None:
-        return overspent
-    return Decision(
-        allowed=True,
-        requires_approval=bool(approval_reasons),
-        audit=audit,
-        cost=cost,
-        approval_reasons=tuple(approval_reasons),
-    )
-
-
-def spending_problem(policy: Policy, name: str, cost: float, meter: UsageMeter) -> Decision | None:
-    """The denial when one more call of ``name`` would break the run's budget or a rate
-    limit; checked again right before the charge when the call waited for a human."""
     budget = policy.budget
+    cost = budget.cost_of(name)
     if budget.max_cost is not None and meter.cost + cost > budget.max_cost:
         return _deny(ErrorCode.BUDGET_EXCEEDED, tool=name, budget="cost")
     if budget.max_calls is not None and meter.calls + 1 > budget.max_calls:
@@ -269,7 +254,13 @@ def spending_problem(policy: Policy, name: str, cost: float, meter: UsageMeter) 
             return _deny(
                 ErrorCode.RATE_LIMITED, tool=name, limit=limit.calls, window=limit.per_seconds
             )
-    return None
+    return Decision(
+        allowed=True,
+        requires_approval=bool(approval_reasons),
+        audit=audit,
+        cost=cost,
+        approval_reasons=tuple(approval_reasons),
+    )
 
 
 def rate_keys(policy: Policy, tool_name: str) -> list[str]:

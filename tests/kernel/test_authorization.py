@@ -18,6 +18,21 @@ from toolkernel.testing import RecordingApprover, event_types
 
 pytestmark = pytest.mark.anyio
 
+
+class WaitingHuman:
+    """An approver that says yes once ``answer`` is set; ``asked`` is set when it is asked."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.asked = anyio.Event()
+        self.answer = anyio.Event()
+
+    async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
+        self.asked.set()
+        await self.answer.wait()
+        return ApprovalDecision(True, self.name)
+
+
 WRITE_SCOPED = """
 [run]
 profile = "workspace-write"
@@ -188,14 +203,7 @@ async def test_a_calls_own_approver_decides_instead_of_the_kernels(kernel_factor
 
 
 async def test_a_call_cancelled_while_a_human_is_asked_never_runs(kernel_factory, calls):
-    asked = anyio.Event()
-    answer = anyio.Event()
-
-    async def slow_human(request: ApprovalRequest) -> ApprovalDecision:
-        asked.set()
-        await answer.wait()
-        return ApprovalDecision(True, "late-human")
-
+    slow_human = WaitingHuman("late-human")
     kernel = kernel_factory(NETWORK_ASK, approver=slow_human)
     run = kernel.start_run()
     assert run.cancel_call("c1", ErrorCode.USER_CANCELLED) is False  # nothing to cancel yet
@@ -208,9 +216,9 @@ async def test_a_call_cancelled_while_a_human_is_asked_never_runs(kernel_factory
                 results.append(await kernel.call(run, "web.fetch", url, tool_call_id="c1"))
 
             group.start_soon(call)
-            await asked.wait()
+            await slow_human.asked.wait()
             assert run.cancel_call("c1", ErrorCode.SUPERSEDED) is True
-            answer.set()  # approved, but too late
+            slow_human.answer.set()  # approved, but too late
     (result,) = results
     assert (result.status, result.error_code) == (Status.CANCELLED, ErrorCode.SUPERSEDED)
     assert calls.count == {}
@@ -230,14 +238,7 @@ async def test_a_call_waiting_for_a_human_does_not_hold_up_the_runs_other_calls(
 ):
     # An MCP client's session is one run: while its user thinks about a destructive
     # call, reads and other writes of the session go on; the approved call runs after.
-    asked = anyio.Event()
-    answer = anyio.Event()
-
-    async def slow_human(request: ApprovalRequest) -> ApprovalDecision:
-        asked.set()
-        await answer.wait()
-        return ApprovalDecision(True, "human")
-
+    slow_human = WaitingHuman("human")
     kernel = kernel_factory(
         '[run]\nprofile = "workspace-write"\n[[exposure]]\ntools = ["*"]\n',
         approver=slow_human,
@@ -251,11 +252,11 @@ async def test_a_call_waiting_for_a_human_does_not_hold_up_the_runs_other_calls(
                 held.append(await kernel.call(run, "repo.reset", {}))
 
             group.start_soon(erase)
-            await asked.wait()
+            await slow_human.asked.wait()
             read = await kernel.call(run, "repo.lookup", {"query": "q"})
             write = await kernel.call(run, "file.write", {"path": "src/a.py", "text": "x"})
             assert not held  # still waiting for the human
-            answer.set()
+            slow_human.answer.set()
     assert (read.status, write.status) == (Status.SUCCEEDED, Status.SUCCEEDED)
     assert [r.status for r in held] == [Status.SUCCEEDED]
     assert calls.count == {"repo.lookup": 1, "file.write": 1, "repo.reset": 1}
@@ -270,13 +271,7 @@ async def test_a_held_call_with_an_idempotency_key_keeps_the_gate_for_its_duplic
 ):
     # Stepping aside would let a duplicate of the key take the gate and wait for this
     # call, which would wait for the gate: with a key, the call keeps it.
-    asked = anyio.Event()
-    answer = anyio.Event()
-
-    async def human(request: ApprovalRequest) -> ApprovalDecision:
-        asked.set()
-        await answer.wait()
-        return ApprovalDecision(True, "human")
+    human = WaitingHuman("human")
 
     kernel = kernel_factory(WRITE_PROFILE, approver=human)
     run = kernel.start_run()
@@ -290,10 +285,10 @@ async def test_a_held_call_with_an_idempotency_key_keeps_the_gate_for_its_duplic
                 )
 
             group.start_soon(reset, "a")
-            await asked.wait()
+            await human.asked.wait()
             group.start_soon(reset, "b")
             await anyio.sleep(0.05)
-            answer.set()
+            human.answer.set()
     assert [out[c].status for c in "ab"] == [Status.SUCCEEDED] * 2
     assert calls.count == {"repo.reset": 1}
 
@@ -301,13 +296,7 @@ async def test_a_held_call_with_an_idempotency_key_keeps_the_gate_for_its_duplic
 async def test_a_call_cancelled_while_it_waits_to_take_the_gate_back_never_runs(
     kernel_factory, calls
 ):
-    asked = anyio.Event()
-    answer = anyio.Event()
-
-    async def human(request: ApprovalRequest) -> ApprovalDecision:
-        asked.set()
-        await answer.wait()
-        return ApprovalDecision(True, "human")
+    human = WaitingHuman("human")
 
     @tool("file.slow_write", mutating=True)
     async def slow_write() -> str:
@@ -327,10 +316,10 @@ async def test_a_call_cancelled_while_it_waits_to_take_the_gate_back_never_runs(
                     await kernel.call(run, "repo.reset", {}, tool_call_id="a")
 
             group.start_soon(reset)
-            await asked.wait()
+            await human.asked.wait()
             group.start_soon(kernel.call, run, "file.slow_write", {})
             await anyio.sleep(0.1)  # the write holds the gate
-            answer.set()  # approved: the reset waits for the gate
+            human.answer.set()  # approved: the reset waits for the gate
             await anyio.sleep(0.1)
             scope.cancel()  # its caller gives up first
     assert "repo.reset" not in calls.count

@@ -21,7 +21,14 @@ from anyio.abc import Process
 
 sys.path.insert(0, str(Path(__file__).parent / "gateway_fixtures"))
 
-from gateway_harness import PYTHON, WAIT_S, make_workspace, server_env, wait_for_result
+from gateway_harness import (
+    PYTHON,
+    RAW_HANDSHAKE,
+    WAIT_S,
+    make_workspace,
+    server_env,
+    wait_for_result,
+)
 
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.mcp.gateway_render import RUN_META
@@ -29,17 +36,7 @@ from toolkernel.mcp.gateway_render import RUN_META
 STOP_SIGNALS = [signal.SIGTERM, signal.SIGINT]
 
 HANDSHAKE: list[dict[str, Any]] = [
-    {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "0"},
-        },
-    },
-    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    *RAW_HANDSHAKE,
     {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
     {
         "jsonrpc": "2.0",

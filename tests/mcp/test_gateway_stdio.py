@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent / "gateway_fixtures"))
 
 from gateway_harness import (
     PYTHON,
+    RAW_HANDSHAKE,
     WAIT_S,
     ledger_events,
     make_workspace,
@@ -306,22 +307,6 @@ def test_without_elicitation_approval_is_required_and_the_message_says_how(
     anyio.run(main)
 
 
-# initialize and initialized, as a client writes them by hand on stdin.
-RAW_HANDSHAKE: list[dict[str, Any]] = [
-    {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "0"},
-        },
-    },
-    {"jsonrpc": "2.0", "method": "notifications/initialized"},
-]
-
-
 def test_stdout_carries_only_json_rpc(workspace: Path) -> None:
     requests = [
         *RAW_HANDSHAKE,
@@ -388,7 +373,6 @@ def test_a_lone_surrogate_in_the_arguments_gets_an_answer(workspace: Path) -> No
     """Valid JSON ("\\ud800"), no UTF-8 form; the SDK's client cannot even send it, so
     the request is written by hand. The SDK's reader refuses the line, and its client
     used to wait forever; it now gets an error answer (and later requests still do)."""
-    params = stdio_params(workspace)
     lines = [
         *RAW_HANDSHAKE,
         {
@@ -410,25 +394,7 @@ def test_a_lone_surrogate_in_the_arguments_gets_an_answer(workspace: Path) -> No
     sent += f'{{"jsonrpc":"2.0","id":4,"method":"ping","params":{{"x":{deep}}}}}\n'
     sent += '{"jsonrpc":"2.0","id":5,"method":"ping"}\n'
 
-    async def exchange() -> dict[int, dict[str, Any]]:
-        with anyio.fail_after(WAIT_S):
-            async with await anyio.open_process(
-                [params.command, *params.args], env=params.env, cwd=params.cwd
-            ) as process:
-                assert process.stdin is not None
-                assert process.stdout is not None
-                await process.stdin.send(sent.encode())
-                buffered = b""
-                async for chunk in process.stdout:
-                    buffered += chunk
-                    lines = buffered.split(b"\n")[:-1]  # whole lines only
-                    answers = {m.get("id"): m for m in map(json.loads, lines) if "id" in m}
-                    if {2, 3, 5} <= answers.keys():
-                        await process.stdin.aclose()
-                        return answers
-        raise AssertionError("no answer to the calls")
-
-    answers = anyio.run(exchange)
+    answers = anyio.run(_answers_to, workspace, sent, {2, 3, 5})
     assert answers[2]["error"]["code"] == types.INVALID_REQUEST
     assert "could not be read" in answers[2]["error"]["message"]
     assert answers[3]["result"]["isError"] is False

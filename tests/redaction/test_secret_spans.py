@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import string
 from collections import Counter
 from pathlib import Path
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from secret_strategies import mixed
 from toolkernel.redaction import SECRET_MASK, Redactor
 
 WORKSPACE = Path("/srv/ws")
 KNOWN = "injected-known-value-9"
 TOKEN = "ghp_" + "Zq8vN2kLmX4pRt7YbW1cJ9sD3fGh6KaE0uIo"
-ALNUM = string.ascii_letters + string.digits
 # What secret_spans does not look for: stack traces and paths.
 NOT_LOOKED_FOR = ('File "', "\tat ", "    at ", "/", "\\")
 
@@ -54,16 +53,6 @@ def test_a_span_that_takes_in_a_mask_reaches_over_what_it_hides():
         (block, "private-key"),
         (KNOWN, "known-secret"),
     ]
-
-
-def mixed(size: int) -> st.SearchStrategy[str]:
-    return st.text(st.sampled_from(ALNUM), min_size=size, max_size=size).filter(
-        lambda s: (
-            sum(c.isupper() for c in s) >= 3
-            and sum(c.islower() for c in s) >= 3
-            and sum(c.isdigit() for c in s) >= 3
-        )
-    )
 
 
 PIECES = st.one_of(

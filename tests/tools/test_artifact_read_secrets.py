@@ -11,6 +11,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from secret_strategies import mixed
 from toolkernel.codes import Status
 from toolkernel.kernel import Kernel
 from toolkernel.redaction import SECRET_MASK
@@ -24,7 +25,6 @@ tools = ["*"]
 KNOWN = "injected-known-value-9"
 TOKEN = "ghp_abcdefghijklmnopqrstuvwxyz0123456789"
 FRAGMENT = 8  # no returned range may hold this many characters of a secret in a row
-ALNUM = string.ascii_letters + string.digits
 
 
 @contextmanager
@@ -102,17 +102,6 @@ def test_offsets_stay_exact_around_multibyte_text(tmp_path):
     assert before["content"] == f"héllo wörld ✓ {SECRET_MASK}"
     assert after["content"] == f"{SECRET_MASK} ünïcode ✓ tail"
     assert whole["content"] == text.replace(KNOWN, SECRET_MASK)
-
-
-def mixed(size: int) -> st.SearchStrategy[str]:
-    """Random-looking: upper, lower and digits all present, like generated tokens."""
-    return st.text(st.sampled_from(ALNUM), min_size=size, max_size=size).filter(
-        lambda s: (
-            sum(c.isupper() for c in s) >= 3
-            and sum(c.islower() for c in s) >= 3
-            and sum(c.isdigit() for c in s) >= 3
-        )
-    )
 
 
 # (what is written, the secret in it that must never show in part)

@@ -739,15 +739,7 @@ class McpBridge:
         """
         self.pins.approve(server, tool)
         held = self._held.get((server, tool))
-        if held is None or held.definition is None:
-            return None
-        # What was pending may have been replaced meanwhile (another gateway): only the
-        # definition that now matches its pin is exposed; another stays held.
-        if self.pins.peek(server, held.tool).verdict is not PinVerdict.MATCH:
-            return None
-        del self._held[(server, tool)]
-        self._expose(held)
-        return held.definition
+        return held.definition if held is not None and self._release((server, tool)) else None
 
     def release_approved(self) -> list[str]:
         """Expose the held tools whose definition was approved elsewhere since (by
@@ -760,17 +752,23 @@ class McpBridge:
         """
         if not self.pins.reload():
             return []
-        released: list[str] = []
-        for key, admission in list(self._held.items()):
-            name = admission.name
-            if self.pins.peek(key[0], admission.tool).verdict is not PinVerdict.MATCH:
-                continue
-            if self.kernel.registry.find(name) is not None and name not in self._routes:
-                continue  # another tool took the name meanwhile
-            del self._held[key]
-            self._expose(admission)  # the kernel tells its listeners: tools changed
-            released.append(name)
-        return released
+        held = [(key, admission.name) for key, admission in self._held.items()]
+        return [name for key, name in held if self._release(key)]
+
+    def _release(self, key: tuple[str, str]) -> bool:
+        """Expose a held tool if its definition now matches its pin: what was pending
+        may have been replaced meanwhile (by another gateway), and another stays held."""
+        admission = self._held[key]
+        if admission.definition is None:
+            return False
+        if self.pins.peek(key[0], admission.tool).verdict is not PinVerdict.MATCH:
+            return False
+        name = admission.name
+        if self.kernel.registry.find(name) is not None and name not in self._routes:
+            return False  # another tool took the name meanwhile
+        del self._held[key]
+        self._expose(admission)  # the kernel tells its listeners: tools changed
+        return True
 
     async def _watch_pins(self) -> None:
         """Until the bridge closes: release held tools approved from outside."""

@@ -25,6 +25,21 @@ FIXTURES = Path(__file__).resolve().parent
 PYTHON = sys.executable
 WAIT_S = 30
 
+# initialize and initialized, as a client writes them by hand on stdin.
+RAW_HANDSHAKE: list[dict[str, Any]] = [
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"},
+        },
+    },
+    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+]
+
 CONFIG = """\
 [run]
 profile = "developer"
