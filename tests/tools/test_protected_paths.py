@@ -157,7 +157,7 @@ def test_a_planted_tree_without_write_permission_is_removed(tmp_path: Path):
         directory.chmod(0o500)
     try:
         _restore_owner_access(planted)  # what removal does after a permission error
-        for directory in (tmp_path, planted, planted / "a", planted / "a" / "b"):
+        for directory in (planted, planted / "a", planted / "a" / "b"):
             assert directory.stat().st_mode & 0o700 == 0o700
         outcome = PolicySnapshot({planted: None}).restore()
     finally:

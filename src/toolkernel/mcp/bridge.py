@@ -104,7 +104,7 @@ from toolkernel.mcp.servers import ServerConfig
 from toolkernel.mcp.streams import FilteredReadStream
 from toolkernel.run import Run
 from toolkernel.tools.adapter import config_files
-from toolkernel.tools.planted import Planted, PolicySnapshot
+from toolkernel.tools.planted import QUARANTINE_DIRNAME, Planted, PolicySnapshot
 
 if TYPE_CHECKING:  # the SDK's stream protocols, for annotations only (a private module)
     from mcp.client._transport import ReadStream, TransportStreams
@@ -635,7 +635,12 @@ class McpBridge:
             workspace = self.kernel.guard.workspace
             listing = partial(config_files, workspace)
             existing = await anyio.to_thread.run_sync(listing)
-            self._policy = PolicySnapshot.take(self.kernel.policy_files, workspace, existing)
+            self._policy = PolicySnapshot.take(
+                self.kernel.policy_files,
+                workspace,
+                existing,
+                quarantine=self.kernel.config.state_dir / QUARANTINE_DIRNAME,
+            )
             self._policy_listing = listing
         self._group = anyio.create_task_group()
         await self._group.__aenter__()

@@ -59,7 +59,7 @@ from toolkernel.sandbox import (
 )
 from toolkernel.state import state_paths
 from toolkernel.tools.commands import DEFAULT_COMMAND_POLICY, CommandPolicy
-from toolkernel.tools.planted import Planted, PolicySnapshot
+from toolkernel.tools.planted import QUARANTINE_DIRNAME, Planted, PolicySnapshot
 
 if TYPE_CHECKING:
     from toolkernel.pathguard import PathGuard
@@ -379,7 +379,12 @@ class Sandbox:
         # one's directory can be moved aside: whatever the command did to any
         # toolkernel.toml is undone when it ends (see toolkernel.tools.planted).
         snapshot = (
-            PolicySnapshot.take(kernel.policy_files, self.workspace, views["policy"])
+            PolicySnapshot.take(
+                kernel.policy_files,
+                self.workspace,
+                views["policy"],
+                quarantine=kernel.config.state_dir / QUARANTINE_DIRNAME,
+            )
             if self.writable
             else None
         )

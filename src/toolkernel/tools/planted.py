@@ -12,14 +12,17 @@ the process took away the owner's write permission on the way.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
 import stat
+import time
 from collections.abc import Callable, Iterable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 import anyio.to_thread
 
@@ -28,7 +31,9 @@ from toolkernel.codes import ErrorCode
 from toolkernel.config import CONFIG_FILENAME
 from toolkernel.errors import ToolFailed
 
-__all__ = ["Planted", "PolicySnapshot", "absent_policy_files"]
+__all__ = ["QUARANTINE_DIRNAME", "Planted", "PolicySnapshot", "absent_policy_files"]
+
+QUARANTINE_DIRNAME: Final = "quarantine"  # in the state directory
 
 _log = logging.getLogger(__name__)
 _OWNER_RWX = stat.S_IRUSR | stat.S_IWUSR | stat.S_IXUSR
@@ -40,6 +45,7 @@ class Planted:
 
     found: tuple[Path, ...] = ()
     left: tuple[Path, ...] = ()
+    kept: tuple[Path, ...] = ()  # where what was taken away was moved (quarantine)
 
     def __bool__(self) -> bool:
         return bool(self.found)
@@ -59,6 +65,8 @@ class Planted:
             if self.left
             else "it was undone"
         )
+        if self.kept:
+            fate += " (what stood there was moved to the runtime's quarantine folder)"
         return ToolFailed(
             f"{who} created or changed {names}, the runtime's configuration, which no "
             f"tool may write; {fate}. Do not create or change it.",
@@ -84,29 +92,51 @@ class PolicySnapshot:
     started in a subdirectory reads the ``toolkernel.toml`` there).
 
     Existing files are mounted read-only, but a command can still move their directory
-    aside and put a new one in its place; ``restore`` undoes that too.
+    aside and put a new one, or a symlink, in its place; ``restore`` undoes that too.
+    It acts only through directories it opened without following a symlink, starting
+    at ``workspace``: a symlink a process put in the way is removed, never followed, so
+    nothing outside the workspace is touched. What it takes away is moved to
+    ``quarantine`` when that is on the same file system (a user's own edit made while
+    a server runs is not lost), and removed otherwise.
     """
 
     files: dict[Path, bytes | None]
     links: dict[Path, str] = field(default_factory=dict)  # existing symlinks: their target
+    workspace: Path | None = None  # None: each path's own directory is trusted
+    quarantine: Path | None = None
 
     @classmethod
     def take(
-        cls, policy_files: Iterable[Path], workspace: Path, existing: Iterable[Path]
+        cls,
+        policy_files: Iterable[Path],
+        workspace: Path,
+        existing: Iterable[Path],
+        *,
+        quarantine: Path | None = None,
     ) -> PolicySnapshot:
-        files: dict[Path, bytes | None] = dict.fromkeys(
-            absent_policy_files(policy_files, workspace)
-        )
+        files: dict[Path, bytes | None] = {
+            path: None
+            for path in absent_policy_files(policy_files, workspace)
+            if _inspect(workspace, path).kind != "diverted"  # under a symlink: not ours
+        }
         links: dict[Path, str] = {}
         for path in existing:
             if path.name != CONFIG_FILENAME:
                 continue
-            with suppress(OSError):
-                if path.is_symlink():
-                    links[path] = str(path.readlink())
-                elif path.is_file():
-                    files[path] = path.read_bytes()
-        return cls(files, links)
+            seen = _inspect(workspace, path)
+            if seen.kind == "link":
+                links[path] = seen.target
+                # A runtime started there reads what the link points to: that file is
+                # a policy file too, when it is the workspace's own.
+                with suppress(OSError, RuntimeError):
+                    target = path.resolve(strict=True)
+                    if target.is_relative_to(workspace) and target not in files:
+                        content = _inspect(workspace, target)
+                        if content.kind == "file":
+                            files[target] = content.content
+            elif seen.kind == "file":
+                files[path] = seen.content
+        return cls(files, links, workspace, quarantine)
 
     def restore(self, now: Iterable[Path] = ()) -> Planted:
         """Put every policy file back as it was; ``now`` lists those there now.
@@ -116,32 +146,26 @@ class PolicySnapshot:
         raises: what cannot be undone is in ``Planted.left`` (and logged as an error).
         """
         changed = [p for p in now if p not in self.files and p not in self.links]
-        changed += [p for p, target in self.links.items() if _link_target(p) != target]
+        for path, target in self.links.items():
+            if self._inspect(path) != _Seen("link", target=target):
+                changed.append(path)
         for path, content in self.files.items():
-            if content is None:
-                if os.path.lexists(path):
-                    changed.append(path)
-            elif path.is_symlink() or not path.is_file() or _read(path) != content:
+            expected = _Seen("absent") if content is None else _Seen("file", content=content)
+            if self._inspect(path) != expected:
                 changed.append(path)
         if not changed:
             return Planted()
-        found, left = [], []
-        for path in changed:
+        found: list[Path] = []
+        left: list[Path] = []
+        kept: list[Path] = []
+        for path in dict.fromkeys(changed):
             _log.warning("restoring %s, which a sandboxed process changed", path)
             found.append(path)
-            removed = not os.path.lexists(path) or _remove(path)
-            content = self.files.get(path)
-            if removed and content is not None:
-                with suppress(OSError):
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    path.write_bytes(content)
-            elif removed and path in self.links:
-                with suppress(OSError):
-                    path.symlink_to(self.links[path])
-            if not removed or (content is not None and _read(path) != content):
+            restored = self._put_back(path, kept)
+            if not restored:
                 _log.error("could not restore %s, which a sandboxed process changed", path)
                 left.append(path)
-        return Planted(tuple(found), tuple(left))
+        return Planted(tuple(found), tuple(left), tuple(kept))
 
     async def restore_async(self, listing: Callable[[], Iterable[Path]] | None = None) -> Planted:
         """``restore`` in a worker thread (a planted tree can be large), with ``listing``
@@ -152,44 +176,218 @@ class PolicySnapshot:
             lambda: self.restore(() if listing is None else listing())
         )
 
+    def _root(self, path: Path) -> Path:
+        return path.parent if self.workspace is None else self.workspace
 
-def _link_target(path: Path) -> str | None:
+    def _inspect(self, path: Path) -> _Seen:
+        return _inspect(self._root(path), path)
+
+    def _put_back(self, path: Path, kept: list[Path]) -> bool:
+        """Make ``path`` what the snapshot says, through directories opened without
+        following symlinks; whether it is so now."""
+        content, target = self.files.get(path), self.links.get(path)
+        create = content is not None or target is not None
+        try:
+            with _Parent(self._root(path), path, self._aside(kept), create=create) as parent:
+                if parent.fd is None:
+                    return not create  # its directory is gone: so is the planted file
+                name = path.name
+                if not parent.remove(name):
+                    return False
+                if content is not None:
+                    parent.write(name, content)
+                elif target is not None:
+                    os.symlink(target, name, dir_fd=parent.fd)
+        except OSError:
+            return False
+        return self._inspect(path) == (
+            _Seen("link", target=target)
+            if target is not None
+            else _Seen("absent")
+            if content is None
+            else _Seen("file", content=content)
+        )
+
+    def _aside(self, kept: list[Path]) -> Callable[[int, str, Path], bool]:
+        """Moves an entry into the quarantine folder; False when it cannot."""
+
+        def move(dir_fd: int, name: str, path: Path) -> bool:
+            if self.quarantine is None:
+                return False
+            root = self._root(path)
+            label = path.relative_to(root).as_posix() if path.is_relative_to(root) else name
+            try:
+                self.quarantine.mkdir(parents=True, exist_ok=True)
+                stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+                for attempt in range(100):
+                    suffix = f"-{attempt}" if attempt else ""
+                    destination = self.quarantine / f"{stamp}{suffix}-{label.replace('/', '__')}"
+                    if not os.path.lexists(destination):
+                        break
+                os.rename(name, destination, src_dir_fd=dir_fd)
+            except OSError:  # another file system (EXDEV), or no room: removed instead
+                return False
+            _log.warning("moved what stood at %s to %s", path, destination)
+            kept.append(destination)
+            return True
+
+        return move
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """What stands at a path: ``absent``, a ``file`` (its content), a ``link`` (its
+    target), ``other`` (a directory, FIFO, …) or ``diverted`` (a directory on the way
+    is a symlink or not a directory)."""
+
+    kind: str
+    content: bytes | None = None
+    target: str = ""
+
+
+def _inspect(root: Path, path: Path) -> _Seen:
     try:
-        return str(path.readlink())
+        with _Parent(root, path, None, create=False) as parent:
+            if parent.diverted:
+                return _Seen("diverted")
+            if parent.fd is None:
+                return _Seen("absent")
+            return parent.look(path.name)
     except OSError:
-        return None
+        return _Seen("other")
 
 
-def _read(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except OSError:
-        return None
+_DIRECTORY_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _remove(path: Path) -> bool:
-    """Remove ``path``; on a permission error, give the owner back rwx and retry."""
+class _Parent:
+    """The directory holding ``path``, opened from ``root`` one component at a time
+    without following symlinks (``fd``; None when a directory is missing). A component
+    that is a symlink or not a directory makes it ``diverted``; given ``aside``, such a
+    component is taken away (moved aside or removed). With ``create``, missing
+    directories are made."""
+
+    def __init__(
+        self,
+        root: Path,
+        path: Path,
+        aside: Callable[[int, str, Path], bool] | None,
+        *,
+        create: bool,
+    ) -> None:
+        self._root, self._path, self._aside, self._create = root, path, aside, create
+        self.fd: int | None = None
+        self.diverted = False
+
+    def __enter__(self) -> _Parent:
+        fd = os.open(self._root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        here = self._root
+        for part in self._path.relative_to(self._root).parts[:-1]:
+            here = here / part
+            try:
+                opened = self._open(fd, part, here)
+            finally:
+                os.close(fd)
+            if opened is None:
+                return self
+            fd = opened
+        self.fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+
+    def _open(self, fd: int, part: str, here: Path) -> int | None:
+        for _ in range(3):
+            try:
+                return os.open(part, _DIRECTORY_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not self._create:
+                    return None
+                with suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=fd)
+            except PermissionError:
+                _grant_owner_at(fd, part)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                self.diverted = True
+                if self._aside is None:  # only looking
+                    return None
+                _log.warning("removing %s, which a sandboxed process put in place", here)
+                if not (self._aside(fd, part, here) or _remove_at(fd, part)):
+                    raise
+                if not self._create:
+                    return None
+        raise PermissionError(errno.EACCES, "cannot open the directory", str(here))
+
+    def look(self, name: str) -> _Seen:
+        assert self.fd is not None
+        try:
+            info = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return _Seen("absent")
+        if stat.S_ISLNK(info.st_mode):
+            return _Seen("link", target=os.readlink(name, dir_fd=self.fd))
+        if not stat.S_ISREG(info.st_mode):
+            return _Seen("other")
+        fd = os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=self.fd
+        )
+        with os.fdopen(fd, "rb") as file:
+            return _Seen("file", content=file.read())
+
+    def remove(self, name: str) -> bool:
+        """Take away whatever stands at ``name`` (moved aside when it can be)."""
+        assert self.fd is not None
+        if self.look(name).kind == "absent":
+            return True
+        path = self._path.parent / name
+        if self._aside is not None and self._aside(self.fd, name, path):
+            return True
+        return _remove_at(self.fd, name)
+
+    def write(self, name: str, content: bytes) -> None:
+        assert self.fd is not None
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(name, flags, 0o644, dir_fd=self.fd)
+        with os.fdopen(fd, "wb") as file:
+            file.write(content)
+
+
+def _remove_at(dir_fd: int, name: str) -> bool:
+    """Remove ``name`` in the directory ``dir_fd`` (a tree too, never through a
+    symlink); on a permission error, give the owner back rwx and retry."""
     for attempt in range(2):
         try:
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
+            info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if stat.S_ISDIR(info.st_mode):
+                shutil.rmtree(name, dir_fd=dir_fd)
             else:
-                path.unlink()
+                os.unlink(name, dir_fd=dir_fd)
         except FileNotFoundError:
             return True
         except OSError:
             if attempt == 0:
-                _restore_owner_access(path)
+                os.fchmod(dir_fd, stat.S_IMODE(os.fstat(dir_fd).st_mode) | _OWNER_RWX)
+                _restore_owner_access(Path(f"/proc/self/fd/{dir_fd}") / name)
                 continue
-            return not os.path.lexists(path)
+            return False
         return True
-    return not os.path.lexists(path)
+    return False
+
+
+def _grant_owner_at(dir_fd: int, name: str) -> None:
+    with suppress(OSError):  # best effort: what follows reports the outcome
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISDIR(info.st_mode):
+            os.chmod(name, stat.S_IMODE(info.st_mode) | _OWNER_RWX, dir_fd=dir_fd)
 
 
 def _restore_owner_access(path: Path) -> None:
-    """Give the owner rwx on ``path``'s directory and, for a tree, on every directory
-    in it: a process can take its own write permission away to make removal fail."""
-    _grant_owner(path.parent)
+    """Give the owner rwx on every directory in the tree at ``path`` (not through
+    symlinks): a process can take its own write permission away to make removal fail."""
     if not path.is_dir() or path.is_symlink():
         return
     _grant_owner(path)
