@@ -90,6 +90,14 @@ class Outcome:
     duration_ms: float = 0.0
     internal: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def from_code(cls, code: ErrorCode, **fields: object) -> Outcome:
+        """The outcome an error code describes, with its safe message and retryability."""
+        info = CATALOG[code]
+        return cls(
+            info.status, code=code, message=safe_message(code, **fields), retryable=info.retryable
+        )
+
 
 class Adapter(Protocol):
     """Runs a call in one execution mode. Raise ``ToolFailed``/``ToolPartial`` to shape
@@ -424,8 +432,4 @@ async def _backoff(delay_s: float, token: CancellationToken) -> bool:
     return scope.cancelled_caught
 
 
-def _from_code(code: ErrorCode, **fields: object) -> Outcome:
-    info = CATALOG[code]
-    return Outcome(
-        info.status, code=code, message=safe_message(code, **fields), retryable=info.retryable
-    )
+_from_code: Final = Outcome.from_code

@@ -28,6 +28,7 @@ import importlib.util
 import re
 import threading
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import nullcontext
@@ -534,11 +535,13 @@ class Kernel:
         repeats: Collection[int] = (),
     ) -> list[ToolCallResult]:
         running = _RUNNING.get()
-        if running and running[0] is run:
-            raise UsageError(
-                "a tool called the kernel on the run it is running in, which would wait "
-                "for itself; give the nested call a run of its own (kernel.start_run())"
-            )
+        while running is not None and running.run is not None:  # up the chain of calls
+            if running.run is run:
+                raise UsageError(
+                    "a tool called the kernel on a run it is running in, which would wait "
+                    "for itself; give the nested call a run of its own (kernel.start_run())"
+                )
+            running = running.outer
         # An id already open in the run would make its calls indistinguishable (in the
         # ledger, to cancel_call): a repeat is refused, the first keeps the id.
         named: list[str] = []
@@ -733,12 +736,12 @@ class Kernel:
         invocation = Invocation(admitted.tool, arguments, make_context=make_context)
         # Seen by the tool and what it starts (threads, tasks); emptied when the call
         # ends, so a task that outlives it may use the run.
-        cell = [run]
+        cell = _Running(run, _RUNNING.get())
         mark = _RUNNING.set(cell)
         try:
             return await dispatch(adapter, invocation, token)
         finally:
-            cell.clear()
+            cell.run = None
             _RUNNING.reset(mark)
             run.calls.pop(call_id, None)
             run.token.release(token)
@@ -747,8 +750,20 @@ class Kernel:
         """normalize → artifactize → redact: the result and its events, not yet written.
 
         A waiting duplicate of the call's idempotency key gets the result now; the key
-        stays claimed until the batch has stored it (``_Journal.release_keys``).
+        stays claimed until the batch has stored it (``_Journal.release_keys``). When
+        that processing fails (the artifact store is full, say), the call is
+        FAILED/INTERNAL_ERROR, and only that call: the other calls of its turn keep
+        their results.
         """
+        try:
+            return self._complete(admitted, outcome)
+        except Exception:  # noqa: BLE001 - the runtime's failure, on this call alone
+            failed = Outcome.from_code(ErrorCode.INTERNAL_ERROR, tool=admitted.tool.name)
+            failed.attempts, failed.duration_ms = outcome.attempts, outcome.duration_ms
+            failed.internal["finishing"] = traceback.format_exc()
+            return self._complete(admitted, failed)
+
+    def _complete(self, admitted: _Admitted, outcome: Outcome) -> _Finished:
         tool, request = admitted.tool, admitted.request
         finishing = Finishing(tool, request.tool_call_id, self.artifacts, self.redactor)
         for process in self.processors:
@@ -1176,9 +1191,18 @@ def _segments(registry: Registry, calls: Sequence[ToolCall]) -> list[tuple[bool,
     return segments
 
 
-# The run whose tool is running in this context (while it runs): a tool that calls the
-# kernel on it would wait for itself (its batch holds the run's gate), so that is refused.
-_RUNNING: Final[ContextVar[list[Run] | None]] = ContextVar("toolkernel_running", default=None)
+@dataclass(slots=True)
+class _Running:
+    """The run whose tool is running in this context, while it runs (``run`` is None
+    once the call ended), and the call that tool was called from, if any: a tool that
+    calls the kernel on any of them would wait for itself (their batches hold the
+    runs' gates), so that is refused."""
+
+    run: Run | None
+    outer: _Running | None
+
+
+_RUNNING: Final[ContextVar[_Running | None]] = ContextVar("toolkernel_running", default=None)
 _RUN_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 
 _TEXT_FIELDS: Final = (

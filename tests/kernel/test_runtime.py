@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import errno
 import hashlib
 import json
 import threading
@@ -25,7 +26,7 @@ from toolkernel.errors import ToolFailed
 from toolkernel.functions import tool
 from toolkernel.ledger import EventType
 from toolkernel.normalize import DEFAULT_CHAIN, Finishing
-from toolkernel.run import ToolCall
+from toolkernel.run import Run, ToolCall
 from toolkernel.testing import event_types
 
 pytestmark = pytest.mark.anyio
@@ -812,9 +813,85 @@ async def test_a_tool_calling_the_kernel_on_its_own_run_fails_instead_of_waiting
         if e.type is EventType.TOOL_CALL_RESULT and "internal" in e.payload
     ]
     assert all(
-        "UsageError: a tool called the kernel on the run it is running in" in t for t in tracebacks
+        "UsageError: a tool called the kernel on a run it is running in" in t for t in tracebacks
     )
     assert len(tracebacks) == 2
+
+
+async def test_a_call_back_to_an_outer_run_fails_instead_of_waiting(kernel_factory):
+    # run A's tool calls the kernel on run B, whose tool calls back on run A: A's batch
+    # holds A, so that call would wait for itself as surely as a direct one.
+    runs: dict[str, Run] = {}
+
+    @tool("job.back_to_a")
+    async def back_to_a(ctx: ToolContext) -> str:
+        """Call the kernel on run A."""
+        return str((await ctx.kernel.call(runs["A"], "repo.lookup", {"query": "x"})).status)
+
+    @tool("job.via_b", mutating=True)
+    async def via_b(ctx: ToolContext) -> str:
+        """Call job.back_to_a on run B."""
+        inner = await ctx.kernel.call(runs["B"], "job.back_to_a", {})
+        return f"{inner.status} {inner.error_code}"
+
+    kernel = kernel_factory(WRITER)
+    kernel.register(back_to_a)
+    kernel.register(via_b)
+    runs["A"], runs["B"] = kernel.start_run(), kernel.start_run()
+    with anyio.fail_after(10):
+        result = await kernel.call(runs["A"], "job.via_b", {})
+    assert result.status is Status.SUCCEEDED
+    assert result.structured_output == "FAILED TOOL_ERROR"
+    (inner,) = [
+        e for e in kernel.ledger.events(runs["B"].id) if e.type is EventType.TOOL_CALL_RESULT
+    ]
+    assert "UsageError" in inner.payload["internal"]["traceback"]
+
+
+async def test_processing_that_fails_for_one_call_spares_the_others_of_its_turn(
+    kernel_factory,
+):
+    # The artifact store is full: the call with large output cannot keep it. That call
+    # is FAILED/INTERNAL_ERROR; the call beside it keeps its result, and nothing raises.
+    @tool("job.small")
+    async def small() -> dict[str, int]:
+        """Small output."""
+        return {"ok": 1}
+
+    @tool("job.large")
+    async def large() -> dict[str, str]:
+        """Output large enough to become an artifact."""
+        await anyio.sleep(0.01)
+        return {"data": "x" * 100_000}
+
+    def full_disk(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    kernel = kernel_factory()
+    kernel.register(small)
+    kernel.register(large)
+    kernel.artifacts.put = full_disk  # type: ignore[method-assign]
+    run = kernel.start_run()
+    results = await kernel.call_many(
+        run,
+        [
+            ToolCall("job.small", {}, tool_call_id="c1"),
+            ToolCall("job.large", {}, tool_call_id="c2"),
+        ],
+    )
+    assert [(r.status, r.error_code) for r in results] == [
+        (Status.SUCCEEDED, None),
+        (Status.FAILED, ErrorCode.INTERNAL_ERROR),
+    ]
+    assert "No space left" not in results[1].safe_message
+    stored = {
+        e.tool_call_id: e.payload
+        for e in kernel.ledger.events(run.id)
+        if e.type is EventType.TOOL_CALL_RESULT
+    }
+    assert stored["c1"]["result"]["status"] == "SUCCEEDED"
+    assert "No space left on device" in stored["c2"]["internal"]["finishing"]
+    assert kernel.ledger.verify().ok
 
 
 async def test_a_task_a_tool_started_may_use_the_run_once_the_call_is_over(kernel_factory):
