@@ -159,9 +159,9 @@ async def test_a_definition_that_turns_poisonous_is_rejected_not_held(workspace,
     assert rejected.payload["tool"] == "changing"
 
 
-async def test_approving_exposes_only_the_definition_that_matches_the_new_pin(workspace, tmp_path):
+async def test_approving_approves_only_the_definition_held_here(workspace, tmp_path):
     # Another gateway on the same state dir recorded a different pending definition
-    # meanwhile: approving pins that one, so the definition held here stays held.
+    # meanwhile: approving here refuses, pins nothing, and the tool stays held.
     desc = tmp_path / "desc.txt"
     desc.write_text("Returns ok.")
     kernel = open_kernel(workspace)
@@ -180,8 +180,15 @@ async def test_approving_exposes_only_the_definition_that_matches_the_new_pin(wo
             assert report.held == ("changing",)
             other = PinStore(kernel.config.state_dir / PIN_FILENAME)
             assert other.check("fx", other_pending).verdict is PinVerdict.CHANGED
-            assert await bridge.approve_pin("fx", "changing") is None
+            with pytest.raises(UsageError, match="mcp diff"):
+                await bridge.approve_pin("fx", "changing")
             assert kernel.registry.find("fx.changing") is None
+            with pytest.raises(UsageError, match="held here"):
+                await bridge.approve_pin("fx", "echo")
+    pins = PinStore(kernel.config.state_dir / PIN_FILENAME)
+    pending = pins.pending("fx", "changing")
+    assert pending is not None
+    assert "something else" in pending["definition"]["description"]  # still awaits review
 
 
 @pytest.mark.parametrize(

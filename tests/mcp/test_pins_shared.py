@@ -128,6 +128,31 @@ async def test_a_tool_approved_from_the_command_line_is_exposed_by_a_running_bri
     assert report.held == ()
 
 
+async def test_an_approval_read_first_by_another_servers_refresh_still_exposes_the_tool(
+    workspace, tmp_path
+):
+    # A refresh of another server reads the pin file (and so the approval) before the
+    # watcher looks: the watcher must still see that the pins changed.
+    desc = tmp_path / "desc.txt"
+    desc.write_text("Returns ok.")
+    kernel = open_kernel(workspace)
+    run = kernel.start_run()
+    servers = [fixture_server("fx", "--desc-file", str(desc)), fixture_server("fy")]
+    with anyio.fail_after(60):
+        async with McpBridge(kernel, servers) as bridge:
+            await bridge.connect_all(run)
+        desc.write_text("Returns ok, politely.")
+        async with McpBridge(kernel, servers) as bridge:
+            reports = await bridge.connect_all(run)
+            assert reports[0].held == ("changing",)
+            PinStore(bridge.pins.path).approve("fx", "changing")  # toolkernel mcp approve
+            await bridge.refresh("fy")  # reads the pin file first
+            while kernel.registry.find("fx.changing") is None:  # within PIN_POLL_S
+                await anyio.sleep(0.05)
+            called = await kernel.call(run, "fx.changing", {})
+    assert called.status is Status.SUCCEEDED
+
+
 GATEWAY_CONFIG = OPEN_POLICY + textwrap.dedent(
     f"""
     [[mcp.servers]]

@@ -94,6 +94,7 @@ from toolkernel.errors import (
     SandboxUnavailable,
     ToolFailed,
     ToolkernelError,
+    UsageError,
 )
 from toolkernel.kernel import Kernel
 from toolkernel.ledger import EventType, NewEvent
@@ -622,6 +623,7 @@ class McpBridge:
         self._states: dict[str, _ServerState] = {}
         self._routes: dict[str, _Route] = {}
         self._held: dict[tuple[str, str], Admission] = {}
+        self._pins_seen = -1  # the pin store's version when held tools were last checked
         self._reported: set[tuple[str, str, str]] = set()
         self._group: anyio.abc.TaskGroup | None = None
         # The workspace's policy files when the bridge opened: while a server with the
@@ -736,15 +738,21 @@ class McpBridge:
         return self._admit_all(state, self.servers[server], listing.tools)
 
     async def approve_pin(self, server: str, tool: str) -> ToolDefinition | None:
-        """Approve the pending definition of ``server``'s ``tool`` (its remote name)
-        and expose it now; returns its definition when it is registered.
+        """Approve the definition of ``server``'s ``tool`` (its remote name) that this
+        bridge holds, and expose it now; returns its definition when it is registered.
+
+        Only that definition is approved: if another gateway on the same state
+        directory recorded a different one as pending meanwhile, nothing is.
 
         Raises:
-            UsageError: nothing is pending for that tool.
+            UsageError: this bridge holds no definition of that tool, or the one
+                pending is not the one it holds.
         """
-        self.pins.approve(server, tool)
         held = self._held.get((server, tool))
-        return held.definition if held is not None and self._release((server, tool)) else None
+        if held is None:
+            raise UsageError(f"no changed or new definition of {server}.{tool} is held here")
+        self.pins.approve(server, tool, expected=held.pin_hash)
+        return held.definition if self._release((server, tool)) else None
 
     def release_approved(self) -> list[str]:
         """Expose the held tools whose definition was approved elsewhere since (by
@@ -755,8 +763,12 @@ class McpBridge:
         Raises:
             ConfigError: the pin file cannot be read.
         """
-        if not self.pins.reload():
+        # The store's version, not reload's answer: a refresh of another server may
+        # have read the change first.
+        self.pins.reload()
+        if self.pins.version == self._pins_seen:
             return []
+        self._pins_seen = self.pins.version
         held = [(key, admission.name) for key, admission in self._held.items()]
         return [name for key, name in held if self._release(key)]
 

@@ -100,6 +100,9 @@ class PinStore:
         self.lock_path = path.with_name(f".{path.name}.lock")
         self._data: dict[str, dict[str, dict[str, Any]]] = {}
         self._stamp: _Stamp | None = None
+        # Counts the pins this store has read or written: a change is a new version
+        # whoever made it and whichever method read it first.
+        self.version = 0
         self.reload()
 
     @classmethod
@@ -119,6 +122,7 @@ class PinStore:
             return False
         self._stamp = stamp
         self._data = _load(self.path)
+        self.version += 1
         return True
 
     def get(self, server: str, tool: str) -> Pin | None:
@@ -228,8 +232,10 @@ class PinStore:
         fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            self._stamp = _stamp_of(self.path)
-            self._data = _load(self.path)
+            stamp = _stamp_of(self.path)
+            if stamp != self._stamp:
+                self.version += 1
+            self._stamp, self._data = stamp, _load(self.path)
             yield
         finally:
             os.close(fd)  # releases the lock
@@ -239,6 +245,7 @@ class PinStore:
         document = {"format": _FORMAT, "servers": self._data}
         _write_private(self.path, json.dumps(document, indent=2, sort_keys=True) + "\n")
         self._stamp = _stamp_of(self.path)
+        self.version += 1
 
     def _approve(self, server: str, tool: str, view: Mapping[str, Any], digest: str) -> None:
         entry = self._entry(server, tool)
