@@ -284,3 +284,44 @@ def test_a_policy_file_that_was_a_symlink_before_stays_one(kernel_configured_els
     retarget = run_shell(kernel, "sh", "-c", "ln -sfn ../other.txt sub/toolkernel.toml")
     assert str(retarget.error_code) == "POLICY_VIOLATION"
     assert (ws / "sub" / "toolkernel.toml").readlink() == Path("../shared.toml")
+
+
+def test_a_forbidden_file_cannot_be_moved_out_by_renaming_its_directory(kernel):
+    """keys/ is an ordinary directory, but renamed it would carry deploy.pem to a path
+    the guard does not forbid (k2/deploy.pem), readable by the next call."""
+    ws = kernel.config.workspace
+    moved = run_shell(kernel, "mv", "keys", "k2")
+    assert moved.status is Status.FAILED
+    assert (ws / "keys" / "deploy.pem").is_file()
+    assert not (ws / "k2").exists()
+    run = kernel.start_run()
+    for path in ("k2/deploy.pem", "keys/deploy.pem"):
+        read = kernel.call_sync(run, "file.read", {"path": path})
+        assert read.status is not Status.SUCCEEDED
+        assert "BEGIN PRIVATE KEY" not in str(read.projection())
+
+
+def test_a_nested_state_directory_cannot_be_moved_out_of_reach(tmp_path: Path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    kernel = make_kernel(ws, 'state_dir = "var/tk"\n' + DEVELOPER)
+    try:
+        moved = run_shell(kernel, "sh", "-c", "mv var var2")
+        assert moved.status is Status.FAILED
+        assert (ws / "var" / "tk" / "ledger.db").is_file()
+        assert not (ws / "var2").exists()
+        assert kernel.ledger.verify().ok
+        assert kernel.ledger.verify().events_checked > 0
+    finally:
+        kernel.close()
+
+
+def test_a_submodules_git_file_is_not_writable(kernel):
+    """sub/.git names the git directory git uses in sub/: pointed elsewhere, the user's
+    next git command there would run hooks the model wrote."""
+    ws = kernel.config.workspace
+    (ws / "sub").mkdir()
+    (ws / "sub" / ".git").write_text("gitdir: ../.git/modules/sub\n")
+    result = run_shell(kernel, "sh", "-c", "printf 'gitdir: ../evil\\n' > sub/.git")
+    assert result.status is Status.FAILED
+    assert (ws / "sub" / ".git").read_text() == "gitdir: ../.git/modules/sub\n"

@@ -157,6 +157,12 @@ def bwrap_argv(argv: Sequence[str], spec: SandboxSpec, *, bwrap: Path) -> list[s
     # Inside the workspace bind, so these override it: protected paths stay protected
     # even from a command that runs with the workspace writable.
     mounts.extend(("--ro-bind", str(p), str(p)) for p in spec.read_only if p.exists())
+    if spec.writable:
+        # A mount point cannot be renamed or removed (EBUSY): with every directory on
+        # the way to a hidden path made one, a command cannot move a forbidden file
+        # or the runtime's state out from under its mount, to where the path guard
+        # would no longer recognise it.
+        mounts.extend(("--bind", str(d), str(d)) for d in _ancestors(spec.hidden, spec.workspace))
     for path in spec.hidden:
         if path.is_dir() and not path.is_symlink():
             mounts.append(("--tmpfs", str(path)))
@@ -175,6 +181,23 @@ def bwrap_argv(argv: Sequence[str], spec: SandboxSpec, *, bwrap: Path) -> list[s
         "--",
         *argv,
     ]
+
+
+def _ancestors(paths: Iterable[Path], workspace: Path) -> list[Path]:
+    """The directories strictly between ``workspace`` and each of ``paths`` (real
+    directories only: a symlink on the way is not a directory of the workspace)."""
+    found: dict[Path, None] = {}
+    for path in paths:
+        if not path.is_relative_to(workspace):
+            continue
+        for parent in path.parents:
+            if parent == workspace or not parent.is_relative_to(workspace):
+                break
+            if parent in found:
+                break  # and its own parents with it
+            if parent.is_dir() and not parent.is_symlink():
+                found[parent] = None
+    return list(found)
 
 
 def _system_mounts(*, network: bool) -> list[tuple[str, ...]]:

@@ -639,15 +639,19 @@ def write_protected(config: Config, workspace: Path, rg: str | None = None) -> t
     repository's ``.git`` (hooks and config run later, on the host), every
     ``toolkernel.toml`` and the runtime's own configuration file when it lies in the
     workspace."""
-    listing = _rg_files(workspace, rg, "**/.git/HEAD", f"**/{CONFIG_FILENAME}", "!.toolkernel")
+    listing = _rg_files(
+        workspace, rg, "**/.git/HEAD", "**/.git", f"**/{CONFIG_FILENAME}", "!.toolkernel"
+    )
     protected = []
     for relative in listing:
         found = workspace / relative
         if found.parent.is_symlink():
             continue
-        # A repository's .git (from its HEAD), or a configuration file at any depth:
-        # a runtime started in that directory would read it as its policy.
-        protected.append(found if found.name == CONFIG_FILENAME else found.parent)
+        # A repository's .git (from its HEAD), a submodule's or worktree's .git file
+        # (it names the git directory that git in there uses, hooks and all), or a
+        # configuration file at any depth: a runtime started in that directory would
+        # read it as its policy.
+        protected.append(found.parent if found.name == "HEAD" else found)
     top = workspace / ".git"
     if top.exists() and not top.is_symlink() and top not in protected:
         protected.append(top)  # a worktree's or submodule's .git file
