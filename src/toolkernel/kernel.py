@@ -60,7 +60,14 @@ from toolkernel.dispatch import Adapter, Invocation, NativeAdapter, Outcome, dis
 from toolkernel.errors import ConfigError, DefinitionError, UsageError
 from toolkernel.exposure import select_exposed
 from toolkernel.functions import FunctionTool
-from toolkernel.ledger import EventType, GroupCommitLedger, Ledger, NewEvent, SqliteLedger
+from toolkernel.ledger import (
+    Event,
+    EventType,
+    GroupCommitLedger,
+    Ledger,
+    NewEvent,
+    SqliteLedger,
+)
 from toolkernel.normalize import DEFAULT_CHAIN, Finishing, Processor, redaction_notices
 from toolkernel.pathguard import PathGuard
 from toolkernel.policy import Decision, authorize, rate_keys
@@ -864,8 +871,11 @@ class Kernel:
         if decision.allowed and _writes(tool.definition):
             for path in checked.paths:
                 # The policy itself, or one a runtime started in a subdirectory would
-                # read: never written by a tool.
-                if path.absolute in self.policy_files or path.absolute.name == CONFIG_FILENAME:
+                # read (nor a directory of that name, which would stop it): never
+                # written by a tool.
+                if path.absolute in self.policy_files or CONFIG_FILENAME in path.relative.split(
+                    "/"
+                ):
                     return Decision(
                         False,
                         ErrorCode.PATH_DENIED,
@@ -1042,7 +1052,13 @@ class Kernel:
             return entry
         if recorded.payload.get("argumentsHash") != request.arguments_hash:
             return self._refuse(journal, request, events, conflict, entry)
-        result = ToolCallResult.from_dict(recorded.payload["result"]).with_(tool_call_id=call_id)
+        stored = _recorded_result(recorded)
+        if stored is None:
+            # The index points at something that is not a result (an edited ledger):
+            # running the tool again could do twice what the key was to do once.
+            broken = ToolCallResult.from_code(call_id, ErrorCode.INTERNAL_ERROR, tool=name)
+            return self._refuse(journal, request, events, broken, entry)
+        result = stored.with_(tool_call_id=call_id)
         payload = _result_payload(request, result, request.tool_version)
         payload["replayedFrom"] = {"runId": recorded.run_id, "seq": recorded.seq}
         events.append(NewEvent(EventType.TOOL_CALL_RESULT, payload, call_id))
@@ -1236,6 +1252,16 @@ def _storable(call: ToolCall) -> ToolCall:
             except UnicodeEncodeError:
                 changes[name] = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return replace(call, **changes) if changes else call
+
+
+def _recorded_result(event: Event) -> ToolCallResult | None:
+    """The result a RESULT event holds; None when the event is not one or unreadable."""
+    if event.type is not EventType.TOOL_CALL_RESULT:
+        return None
+    try:
+        return ToolCallResult.from_dict(event.payload["result"])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
 
 
 def _is_exclusive(registry: Registry, call: ToolCall) -> bool:

@@ -646,7 +646,14 @@ async def test_a_tool_knows_whether_a_human_approved_its_call(kernel_factory):
 
 
 @pytest.mark.parametrize(
-    "name", ["toolkernel.toml", "./toolkernel.toml", "sub/toolkernel.toml", "a/b/toolkernel.toml"]
+    "name",
+    [
+        "toolkernel.toml",
+        "./toolkernel.toml",
+        "sub/toolkernel.toml",
+        "a/b/toolkernel.toml",
+        "sub/toolkernel.toml/x",  # a directory by that name stops a runtime started in sub/
+    ],
 )
 async def test_no_tool_may_write_the_policy_file_even_to_create_it(kernel_factory, calls, name):
     kernel = kernel_factory(WRITE_EVERYWHERE)

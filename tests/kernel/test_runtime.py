@@ -291,6 +291,32 @@ async def test_idempotency_key_survives_a_new_kernel_on_the_same_ledger(
     assert calls.count == {"file.write": 1}
 
 
+async def test_an_index_entry_that_is_not_a_result_fails_the_call_without_running_it(
+    kernel_factory, calls, workspace
+):
+    # Someone edited the ledger's idempotency index to point at the call's REQUEST:
+    # the recorded result cannot be read, and running the tool again could do twice
+    # what the key was there to do once.
+    import sqlite3
+
+    args = {"path": "src/a.py", "text": "x"}
+    kernel = kernel_factory(WRITER)
+    run = kernel.start_run()
+    first = await kernel.call(run, "file.write", args, idempotency_key="k3")
+    [request] = [
+        e
+        for e in kernel.ledger.events(run.id)
+        if e.tool_call_id == first.tool_call_id and e.type is EventType.TOOL_CALL_REQUEST
+    ]
+    with sqlite3.connect(kernel.config.ledger_path) as db:
+        db.execute("UPDATE idempotency SET seq = ?", (request.seq,))
+    again = await kernel.call(run, "file.write", args, idempotency_key="k3")
+    assert (again.status, again.error_code) == (Status.FAILED, ErrorCode.INTERNAL_ERROR)
+    assert calls.count == {"file.write": 1}
+    types = event_types(kernel.ledger.events(run.id), again.tool_call_id)
+    assert types == [EventType.TOOL_CALL_REQUEST, EventType.TOOL_CALL_RESULT]
+
+
 async def test_reused_key_with_other_arguments_is_a_conflict(kernel_factory, calls):
     kernel = kernel_factory(WRITER)
     run = kernel.start_run()
