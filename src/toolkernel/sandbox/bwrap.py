@@ -16,6 +16,7 @@ with exactly ``spec.env``, nothing else enters (``--clearenv`` would add nothing
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import shutil
 import subprocess
@@ -25,6 +26,8 @@ from typing import Final
 
 from toolkernel.errors import SandboxUnavailable
 from toolkernel.sandbox.spec import SandboxSpec
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["PROBE_TIMEOUT_S", "SandboxUnavailable", "bwrap_argv", "find_bwrap", "probe"]
 
@@ -147,7 +150,12 @@ def _try_start(bwrap: Path) -> str | None:
 
 def bwrap_argv(argv: Sequence[str], spec: SandboxSpec, *, bwrap: Path) -> list[str]:
     """The full bubblewrap command line that runs ``argv`` as ``spec`` describes."""
-    mounts = [*_system_mounts(network=spec.network)]
+    sized = _accepts_size(bwrap)
+    tmp = str(spec.limits.tmp_bytes)
+    mounts = [
+        ("--size", tmp, *m) if sized and m == ("--tmpfs", "/tmp") else m  # noqa: S108
+        for m in _system_mounts(network=spec.network)
+    ]
     for path in (*_program_prefixes(argv[0], spec), *spec.extra_ro_binds):
         if not _covered(path, spec.workspace):
             mounts.append(("--ro-bind", str(path), str(path)))
@@ -165,7 +173,9 @@ def bwrap_argv(argv: Sequence[str], spec: SandboxSpec, *, bwrap: Path) -> list[s
         mounts.extend(("--bind", str(d), str(d)) for d in _ancestors(spec.hidden, spec.workspace))
     for path in spec.hidden:
         if path.is_dir() and not path.is_symlink():
-            mounts.append(("--tmpfs", str(path)))
+            # Empty, and too small to hold anything worth hiding there.
+            size = ("--size", str(_HIDDEN_TMPFS_BYTES)) if sized else ()
+            mounts.append((*size, "--tmpfs", str(path)))
         elif path.exists() and not path.is_symlink():
             mounts.append(("--ro-bind", "/dev/null", str(path)))
     flags = [*_NAMESPACE_FLAGS, "--share-net"] if spec.network else list(_NAMESPACE_FLAGS)
@@ -181,6 +191,27 @@ def bwrap_argv(argv: Sequence[str], spec: SandboxSpec, *, bwrap: Path) -> list[s
         "--",
         *argv,
     ]
+
+
+_HIDDEN_TMPFS_BYTES: Final = 64 * 1024
+_sizes: dict[Path, bool] = {}
+
+
+def _accepts_size(bwrap: Path) -> bool:
+    """Whether this bubblewrap can size a tmpfs (``--size``, 0.10 and newer). An older
+    one runs commands with an unsized ``/tmp``, said once in the log."""
+    key = bwrap.absolute()
+    if key not in _sizes:
+        try:
+            shown = subprocess.run(
+                [str(key), "--help"], capture_output=True, timeout=PROBE_TIMEOUT_S, check=False
+            )
+            _sizes[key] = b"--size" in shown.stdout + shown.stderr
+        except (OSError, subprocess.TimeoutExpired):
+            _sizes[key] = False
+        if not _sizes[key]:
+            _log.warning("%s cannot size a tmpfs: commands get an unbounded /tmp", key)
+    return _sizes[key]
 
 
 def _ancestors(paths: Iterable[Path], workspace: Path) -> list[Path]:

@@ -27,6 +27,9 @@ class SandboxLimits:
         max_output_bytes: stdout plus stderr kept on disk; past it the output is
             drained and discarded, and the outcome is marked truncated.
         file_size_bytes: ``RLIMIT_FSIZE``, the largest file the command may write.
+        tmp_bytes: size of the command's private ``/tmp``, a tmpfs held in the host's
+            memory and outside ``memory_bytes`` (unbounded, it could take half the
+            host's RAM). Needs bubblewrap 0.10 or newer (the bundled one is).
     """
 
     cpu_seconds: int = 60
@@ -34,6 +37,7 @@ class SandboxLimits:
     max_processes: int = 256
     max_output_bytes: int = 64 * _MIB
     file_size_bytes: int = 1 * _GIB
+    tmp_bytes: int = 512 * _MIB
 
     def __post_init__(self) -> None:
         for name in (
@@ -42,6 +46,7 @@ class SandboxLimits:
             "max_processes",
             "max_output_bytes",
             "file_size_bytes",
+            "tmp_bytes",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"SandboxLimits.{name} must be positive")
