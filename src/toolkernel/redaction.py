@@ -72,6 +72,7 @@ _BLOCK: Final = 1 << 16
 _HOST_PATH: Final = re.compile(
     r"/(?:(?<![\w.~/%-]/)|(?<=file:///))[\w.@+-]++/(?:[\w.@+-]++/)*+[\w.@+-]*+"
 )
+_HOST_SEGMENT: Final = re.compile(r"[\w.@+-]+")  # a segment _HOST_PATH masks whole
 # Literal first for speed; the drive letter is checked by the lookbehind and masked too.
 _WINDOWS_PATH: Final = re.compile(
     r":\\(?<=(?<![\w/])[A-Za-z]:\\)(?:[^\\\s\"'<>|:*?]+\\)+[^\\\s\"'<>|:*?]*"
@@ -254,6 +255,17 @@ class Redactor:
         # workspace is not the tail of a longer path, the lookahead that it ends there.
         self._workspace_inside = re.compile(rf"{ws}/(?<![\w.~/-]{ws}/)(?=[\w.@+-])")
         self._workspace_root = re.compile(rf"{ws}(?<![\w.~/-]{ws})/?(?![\w.@+-])")
+        # The generic host-path pattern stops at a space: the workspace's own ancestors
+        # with one ("/home/a/My Projects/client x") are masked by name, longest first.
+        odd = [
+            str(parent)
+            for parent in Path(self.workspace).parents
+            if parent != parent.parent and _HOST_SEGMENT.fullmatch(parent.name) is None
+        ]
+        self._odd_prefix = odd[-1] if odd else None
+        self._odd_ancestors = (
+            re.compile("|".join(rf"{re.escape(a)}(?![\w.@+-])" for a in odd)) if odd else None
+        )
         for value in secrets:
             self.add_secret(value)
 
@@ -430,6 +442,11 @@ class Redactor:
                 inside += root
             if inside:
                 counts["workspace-path"] += inside
+        if self._odd_prefix is not None and self._odd_prefix in text:
+            assert self._odd_ancestors is not None
+            text, masked = self._odd_ancestors.subn(HOST_PATH_MASK, text)
+            if masked:
+                counts["host-path"] += masked
         if "/" in text:
             text, masked = _HOST_PATH.subn(HOST_PATH_MASK, text)
             if masked:

@@ -120,3 +120,25 @@ def test_a_planted_password_assignment_never_survives(prefix, assignment, suffix
     text = f"{prefix}\n{key}{binder}{value}\n{suffix}"
     assert value not in redact(text)
     assert value not in streamed(text, sizes)
+
+
+_NAME_WORD = st.text(alphabet=string.ascii_letters, min_size=4, max_size=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    words=st.lists(st.tuples(_NAME_WORD, _NAME_WORD), min_size=1, max_size=3),
+    depth=st.integers(min_value=1, max_value=3),
+    around=st.sampled_from(["{}", "cwd: {}\n", "'{}'", "{}/other file.txt", "in {}: error"]),
+)
+def test_no_name_of_the_workspaces_parents_reaches_the_model(words, depth, around):
+    """The generic host-path pattern stops at a space; the workspace's own parents are
+    known, and masked whole whatever characters their names hold."""
+    parents = [f"{a} {b}" for a, b in words]
+    workspace = Path("/home/dev", *parents, "ws")
+    shown_parent = Path("/home/dev", *parents[: max(1, len(parents) - depth + 1)])
+    text = around.format(shown_parent)
+    redacted = Redactor(workspace).redact_text(text, Counter())
+    for a, b in words:
+        assert f"{a} {b}" not in redacted
+        assert f" {b}" not in redacted or f" {b}" in around
