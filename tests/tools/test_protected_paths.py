@@ -325,3 +325,31 @@ def test_a_submodules_git_file_is_not_writable(kernel):
     result = run_shell(kernel, "sh", "-c", "printf 'gitdir: ../evil\\n' > sub/.git")
     assert result.status is Status.FAILED
     assert (ws / "sub" / ".git").read_text() == "gitdir: ../.git/modules/sub\n"
+
+
+def test_a_directory_of_forbidden_files_is_hidden_whole(kernel):
+    """Thousands of *.pem fixtures: one mount for their directory, not one per file
+    (bubblewrap takes at most 9000 arguments)."""
+    ws = kernel.config.workspace
+    certs = ws / "tests" / "certs"
+    certs.mkdir(parents=True)
+    for index in range(3200):
+        (certs / f"cert{index:05d}.pem").write_text("-----BEGIN PRIVATE KEY-----\nabc\n")
+    (ws / "tests" / "test_tls.py").write_text("visible\n")
+    listing = run_shell(kernel, "sh", "-c", "ls tests/certs | wc -l; cat tests/test_tls.py")
+    assert listing.status is Status.SUCCEEDED
+    assert listing.structured_output["stdout"]["head"] == "0\nvisible\n"
+    assert (certs / "cert00000.pem").is_file()  # hidden from the command, not touched
+
+
+def test_more_protected_paths_than_bubblewrap_takes_is_a_clear_refusal(kernel):
+    """Forbidden files mixed with others cannot be hidden whole: past what bubblewrap
+    accepts, the call says the sandbox is unavailable, not that `true` failed."""
+    ws = kernel.config.workspace
+    mixed = ws / "mixed"
+    mixed.mkdir()
+    (mixed / "README").write_text("visible\n")
+    for index in range(2100):
+        (mixed / f"k{index:05d}.pem").write_text("-")
+    result = run_shell(kernel, "true")
+    assert (result.status, str(result.error_code)) == (Status.DENIED, "SANDBOX_UNAVAILABLE")

@@ -178,6 +178,12 @@ def bwrap_argv(argv: Sequence[str], spec: SandboxSpec, *, bwrap: Path) -> list[s
             mounts.append((*size, "--tmpfs", str(path)))
         elif path.exists() and not path.is_symlink():
             mounts.append(("--ro-bind", "/dev/null", str(path)))
+    if len(mounts) > _MAX_MOUNTS:
+        raise SandboxUnavailable(
+            f"the command would need {len(mounts)} mounts (paths to hide or protect in "
+            f"the workspace), more than bubblewrap accepts ({_MAX_MOUNTS}); gather the "
+            "forbidden files in directories of their own, which are hidden whole"
+        )
     flags = [*_NAMESPACE_FLAGS, "--share-net"] if spec.network else list(_NAMESPACE_FLAGS)
     return [
         str(bwrap),
@@ -194,6 +200,8 @@ def bwrap_argv(argv: Sequence[str], spec: SandboxSpec, *, bwrap: Path) -> list[s
 
 
 _HIDDEN_TMPFS_BYTES: Final = 64 * 1024
+# bubblewrap refuses more than 9000 arguments; a mount takes three or four.
+_MAX_MOUNTS: Final = 2000
 _sizes: dict[Path, bool] = {}
 
 

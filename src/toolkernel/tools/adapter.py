@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import os
+import posixpath
 import re
 import subprocess
 import sys
@@ -434,6 +435,12 @@ class Sandbox:
                 unsandboxed=not self.sandboxed,
                 term_grace_s=grace,
             )
+        except SandboxUnavailable as exc:  # this workspace cannot be sandboxed as it is
+            _log.error("%s was not run: %s", self.tool_name, exc.reason)
+            raise ToolFailed(
+                safe_message(ErrorCode.SANDBOX_UNAVAILABLE, tool=self.tool_name),
+                code=ErrorCode.SANDBOX_UNAVAILABLE,
+            ) from None
         except anyio.get_cancelled_exc_class():
             # The kernel's scope fired first; the runner already killed the tree.
             with anyio.CancelScope(shield=True):
@@ -591,11 +598,34 @@ def protected_paths(
         return tuple(hidden)
     listing = _rg_files(workspace, rg, "!.git", "!.toolkernel")
     state_dirs = [path for path in hidden if path.is_dir()]
+    forbidden: list[str] = []
+    mixed: set[str] = set()  # directories holding a file the process may see
     for relative in listing:
         if guard.is_forbidden(relative):
-            path = workspace / relative
-            if not any(path.is_relative_to(d) for d in state_dirs):  # hidden whole already
-                hidden.append(path)
+            forbidden.append(relative)
+        else:
+            directory = posixpath.dirname(relative)
+            while directory and directory not in mixed:
+                mixed.add(directory)
+                directory = posixpath.dirname(directory)
+    # A directory of forbidden files only is hidden whole: one mount, not one per file
+    # (a test suite's thousands of *.pem fixtures would exceed what bubblewrap takes).
+    chosen: dict[str, None] = {}
+    for relative in forbidden:
+        parts = relative.split("/")
+        whole = next(
+            (
+                "/".join(parts[:depth])
+                for depth in range(1, len(parts))
+                if "/".join(parts[:depth]) not in mixed
+            ),
+            relative,
+        )
+        chosen[whole] = None
+    for relative in chosen:
+        path = workspace / relative
+        if not any(path.is_relative_to(d) for d in state_dirs):  # hidden whole already
+            hidden.append(path)
     return tuple(hidden)
 
 
