@@ -295,7 +295,8 @@ class Kernel:
         self._generation = 0
         self._tool_listeners: list[Callable[[], None]] = []
         self._provider_names: dict[str, str] = {}  # provider spelling -> tool name
-        self._received: dict[str, int] = {}  # call id -> time.time_ns() it arrived
+        # (run id, call id) -> time.time_ns() it arrived: ids are unique within a run only
+        self._received: dict[tuple[str, str], int] = {}
         self._argument_checks: dict[str, ArgumentCheck] = {}
         # The configuration that governs this kernel, and where the next one would be
         # looked for: no tool writes either (a model must not rewrite its own policy).
@@ -619,7 +620,7 @@ class Kernel:
                     journal.release_keys()  # their results are in the ledger now
                 run.gate.release(exclusive)
                 for call_id in journal.call_ids:  # calls a cancellation cut short too
-                    self._received.pop(call_id, None)
+                    self._received.pop((run.id, call_id), None)
                 for call_id in (*journal.call_ids, *named):
                     run.finished(call_id)
         return results
@@ -638,7 +639,7 @@ class Kernel:
         received_ns = time.time_ns()
         request, rejected = self._request(run, call)
         events = [NewEvent(EventType.TOOL_CALL_REQUEST, request.to_dict(), request.tool_call_id)]
-        self._received[request.tool_call_id] = received_ns
+        self._received[(run.id, request.tool_call_id)] = received_ns
         journal.call_ids.append(request.tool_call_id)
         run.proposed(request.tool_call_id)
         call_id, name = request.tool_call_id, request.tool_name
@@ -974,7 +975,7 @@ class Kernel:
     ) -> None:
         """The call is over: emit its trace span (a no-op without OpenTelemetry)."""
         if received_ns is None:
-            received_ns = self._received.pop(request.tool_call_id, None)
+            received_ns = self._received.pop((request.run_id, request.tool_call_id), None)
         if _TRACE is not None and received_ns is not None:
             _TRACE(request, result, version, received_ns, time.time_ns())
 

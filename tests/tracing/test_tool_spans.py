@@ -292,3 +292,50 @@ def test_a_kernel_call_emits_one_span_per_call_in_the_callers_trace(tmp_path):
         ["execute_tool memory.read", True, True, "toolu_1", "SUCCEEDED"],
         ["execute_tool file.read", True, True, "toolu_2", "INVALID_ARGUMENTS"],
     ]
+
+
+def test_two_runs_using_the_same_call_id_at_once_each_get_their_span(tmp_path):
+    # Call ids are unique within a run only: providers number them from 0 each turn.
+    output = run_python(
+        f"""
+    import json
+    from pathlib import Path
+
+    import anyio
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from toolkernel.functions import tool
+    from toolkernel.testing import make_kernel
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+
+    @tool("job.wait")
+    async def wait() -> str:
+        \"\"\"Wait a little.\"\"\"
+        await anyio.sleep(0.05)
+        return "done"
+
+    async def main(kernel):
+        runs = [kernel.start_run(), kernel.start_run()]
+        async with anyio.create_task_group() as group:
+            for run in runs:
+                group.start_soon(call, kernel, run)
+
+    async def call(kernel, run):
+        await kernel.call(run, "job.wait", {{}}, tool_call_id="call_0")
+
+    config = '[[exposure]]\\ntools = ["*"]\\n'
+    with make_kernel(Path({str(tmp_path / "ws")!r}), config) as kernel:
+        kernel.register(wait)
+        anyio.run(main, kernel)
+    spans = exporter.get_finished_spans()
+    print(json.dumps(sorted(s.attributes["gen_ai.tool.call.id"] for s in spans)))
+    """
+    )
+    assert json.loads(output) == ["call_0", "call_0"]
