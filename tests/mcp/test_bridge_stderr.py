@@ -1,4 +1,4 @@
-"""Each stdio server writes its stderr on a pipe of its own, copied to the bridge's errlog.
+"""Each stdio server writes its stderr on an open file description of its own.
 
 A Node.js server makes its stderr non-blocking; were that stderr the errlog itself
 (shared with the gateway and every other server), a Python server logging a burst would
@@ -86,7 +86,9 @@ async def test_a_node_server_cannot_make_the_shared_stderr_nonblocking_for_the_o
     assert f"{BURST - 1} noise" in logged
 
 
-async def test_a_servers_stderr_is_not_the_bridges_own(workspace, errlog):
+async def test_a_servers_stderr_is_a_description_of_its_own_written_directly(workspace, errlog):
+    """The errlog (a pipe here, as a gateway's stderr is) is opened again for the
+    server: the same pipe, nothing to copy, and flags of its own (see above)."""
     kernel = open_kernel(workspace)
     with anyio.fail_after(30):
         async with McpBridge(kernel, [rough_server()], errlog=errlog.writer) as bridge:
@@ -101,8 +103,27 @@ async def test_a_servers_stderr_is_not_the_bridges_own(workspace, errlog):
             assert children
             for child in children:
                 theirs = (child / "fd" / "2").stat()
-                assert (theirs.st_dev, theirs.st_ino) != (ours.st_dev, ours.st_ino)
+                assert (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino)
+            assert _copiers() == 0
     assert "rough server ready" in errlog.text()
+
+
+async def test_an_errlog_that_cannot_be_opened_again_gets_a_copy(workspace):
+    """An in-memory errlog has no file to open: a pipe of the server's own, copied."""
+    import io
+
+    kernel = open_kernel(workspace)
+    errlog = io.StringIO()
+    with anyio.fail_after(30):
+        async with McpBridge(kernel, [rough_server()], errlog=errlog) as bridge:
+            [report] = await bridge.connect_all()
+            assert report.connected, report.error
+            assert _copiers() == 1
+    assert "rough server ready" in errlog.getvalue()
+
+
+def _copiers() -> int:
+    return sum(t.name == "mcp-server-stderr" for t in threading.enumerate())
 
 
 def _parent(process: Path) -> int:
@@ -137,9 +158,6 @@ async def test_a_process_a_server_leaves_behind_does_not_keep_its_stderr_copier(
     kernel = open_kernel(workspace)
     server = ServerConfig(name="fx", command=("sh", "-c", cmd))
 
-    def copiers() -> int:
-        return sum(t.name == "mcp-server-stderr" for t in threading.enumerate())
-
     try:
         with anyio.fail_after(60):
             async with McpBridge(kernel, [server], errlog=io.StringIO()) as bridge:
@@ -150,8 +168,8 @@ async def test_a_process_a_server_leaves_behind_does_not_keep_its_stderr_copier(
                     echoed = await kernel.call(run, "fx.echo", {"message": "x"})
                     assert echoed.status is Status.SUCCEEDED
                 await anyio.sleep(STDERR_FLUSH_S + 1)  # the crashed ones' flush window
-                assert copiers() == 1  # the running server's own
-            assert copiers() == 0
+                assert _copiers() == 1  # the running server's own
+            assert _copiers() == 0
     finally:
         kernel.close()
         for pid in pids.read_text().split():

@@ -270,7 +270,7 @@ def test_the_private_tmp_is_bounded(bwrap: Path, workspace: Path) -> None:
     """/tmp is a tmpfs in the host's memory, outside RLIMIT_AS: it has its own size."""
     limits = SandboxLimits(tmp_bytes=8 * 1024**2)
     script = "head -c 32M /dev/zero > /tmp/big; stat -c %s /tmp/big; df -k /tmp | tail -1"
-    outcome, stdout = run(bwrap, ["sh", "-c", script], workspace, limits=limits)
+    _, stdout = run(bwrap, ["sh", "-c", script], workspace, limits=limits)
     written, df = stdout.splitlines()
     assert int(written) <= 8 * 1024**2
     assert int(df.split()[1]) == 8 * 1024  # size in KiB

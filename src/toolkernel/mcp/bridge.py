@@ -54,6 +54,7 @@ from __future__ import annotations
 import base64
 import binascii
 import codecs
+import io
 import json
 import logging
 import os
@@ -420,8 +421,20 @@ class ServerConnection:
 async def _stdio(
     params: StdioServerParameters, errlog: TextIO | None
 ) -> AsyncIterator[TransportStreams]:
-    """The SDK's stdio transport, with the server's stderr on a pipe of its own that a
-    thread copies to ``errlog`` (default: our stderr)."""
+    """The SDK's stdio transport, with the server's stderr on an open file description
+    of its own: ``errlog`` (default: our stderr) opened anew, or where that cannot be
+    (a socket, an in-memory stream), a pipe a thread copies to ``errlog``.
+
+    Children are not given our stderr itself: they would share its open file
+    description, and one that makes it non-blocking (Node.js does) would make every
+    other writer's burst, and ours, fail with EAGAIN whenever the pipe is full.
+    """
+    own = _reopened(errlog or sys.stderr)
+    if own is not None:  # the server writes there itself: nothing to copy
+        with own:
+            async with stdio_client(params, errlog=own) as streams:
+                yield streams
+        return
     stderr = _ChildStderr(errlog)
     try:
         async with stdio_client(params, errlog=stderr.child_end) as streams:
@@ -432,13 +445,24 @@ async def _stdio(
             await stderr.close()
 
 
-class _ChildStderr:
-    """A stdio server's stderr: a pipe of its own, copied to ``errlog`` as it comes.
+def _reopened(errlog: TextIO) -> TextIO | None:
+    """The file, pipe or terminal behind ``errlog`` opened again (through /proc), in
+    append mode: the same place, a description of its own; None when it has no such
+    form (a socket, an in-memory stream)."""
+    try:
+        descriptor = errlog.fileno()
+        errlog.flush()
+        reopened = os.open(f"/proc/self/fd/{descriptor}", os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return None
+    return os.fdopen(reopened, "w", encoding="utf-8")
 
-    Children are not given our stderr itself: they would share its open file
-    description, and one that makes it non-blocking (Node.js does) would make every
-    other writer's burst, and ours, fail with EAGAIN whenever the pipe is full. A
-    thread of its own waits on the pipe and writes what comes: Python servers log a
+
+class _ChildStderr:
+    """A stdio server's stderr: a pipe of its own, copied to ``errlog`` as it comes
+    (for an ``errlog`` that cannot be opened again; see ``_stdio``).
+
+    A thread of its own waits on the pipe and writes what comes: Python servers log a
     line per request, and the event loop (and the calls on it) never wakes for them;
     a slow reader of our stderr holds back only the server that writes, as a full pipe
     would. A second pipe wakes the thread to stop, so that a process the server left
