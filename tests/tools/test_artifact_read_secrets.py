@@ -1,4 +1,5 @@
-"""artifact.read never shows a secret in part: not across ranges, not without its keyword."""
+"""artifact.read never shows a secret or a host path in part: not across ranges, not
+without its keyword."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from secret_strategies import mixed
 from toolkernel.codes import Status
 from toolkernel.kernel import Kernel
-from toolkernel.redaction import SECRET_MASK
+from toolkernel.redaction import HOST_PATH_MASK, SECRET_MASK
 from toolkernel.testing import make_kernel
 from toolkernel.tools import install
 
@@ -196,5 +197,84 @@ def test_ranges_of_a_text_without_secrets_come_back_exactly(tmp_path):
             if any("withheld" in piece for piece in pieces):
                 return
             assert "".join(str(piece["content"]) for piece in pieces) == text
+
+        check()
+
+
+HOST_PATH = "/home/alice/clients/acme-merger/build/secret_plan.py"
+
+
+def test_a_host_path_cut_by_a_byte_range_is_masked_not_shown_in_part(tmp_path):
+    data = f"Traceback hint: error in {HOST_PATH} line 3\n".encode()
+    at = data.index(HOST_PATH.encode())
+    with artifact_kernel(tmp_path) as kernel:
+        ref = kernel.artifacts.put(data)
+        whole = read(kernel, ref.id)
+        starts_inside = read(kernel, ref.id, startByte=at + 1)
+        ends_inside = read(kernel, ref.id, endByte=at + 9)
+    assert whole["content"] == f"Traceback hint: error in {HOST_PATH_MASK} line 3\n"
+    assert starts_inside["content"] == f"{HOST_PATH_MASK} line 3\n"
+    assert ends_inside["content"] == f"Traceback hint: error in {HOST_PATH_MASK}"
+    assert starts_inside["withheld"] == ends_inside["withheld"] == {"host-path": 1}
+
+
+def test_a_workspace_path_is_shown_relative_whole_and_masked_when_cut(tmp_path):
+    with artifact_kernel(tmp_path) as kernel:
+        inside = f"{kernel.config.workspace}/src/app.py"
+        data = f"see {inside}:3\n".encode()
+        at = data.index(inside.encode())
+        ref = kernel.artifacts.put(data)
+        whole = read(kernel, ref.id)
+        cut = read(kernel, ref.id, startByte=at + 2)
+    assert whole["content"] == "see src/app.py:3\n"
+    assert "withheld" not in whole
+    assert cut["content"] == f"{HOST_PATH_MASK}:3\n"
+
+
+SEGMENTS = st.lists(
+    st.text(
+        st.sampled_from(string.ascii_lowercase + string.digits + "_-."), min_size=1, max_size=12
+    ).filter(lambda s: s not in (".", "..")),
+    min_size=2,
+    max_size=6,
+)
+
+
+@st.composite
+def texts_with_a_path_and_a_secret(draw: st.DrawFn) -> tuple[bytes, str, str]:
+    path = "/" + "/".join(draw(SEGMENTS))
+    written, secret = draw(PLANTED)
+    planted = [path, written]
+    if draw(st.booleans()):
+        planted.reverse()
+    parts = [draw(FILLER)]
+    for item in planted:
+        parts += [draw(SEPARATORS), item, draw(SEPARATORS), draw(FILLER)]
+    return "".join(parts).encode(), path, secret
+
+
+def test_no_range_shows_part_of_a_host_path_or_a_secret(tmp_path):
+    with artifact_kernel(tmp_path) as kernel:
+
+        @settings(
+            max_examples=80,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        )
+        @given(texts_with_a_path_and_a_secret(), st.data())
+        def check(planted: tuple[bytes, str, str], data: st.DataObject) -> None:
+            text, path, secret = planted
+            ref = kernel.artifacts.put(text)
+            points = data.draw(cuts(len(text)))
+            contents = [
+                str(read(kernel, ref.id, startByte=start, endByte=end)["content"])
+                for start, end in pairwise(points)
+            ]
+            line = data.draw(st.integers(min_value=1, max_value=text.count(b"\n") + 1))
+            cap = data.draw(st.integers(min_value=1, max_value=len(text)))
+            contents.append(str(read(kernel, ref.id, startLine=line, maxBytes=cap)["content"]))
+            for content in contents:
+                for hidden in (path, secret):
+                    assert not shows_part_of(content, hidden), (content, hidden)
 
         check()

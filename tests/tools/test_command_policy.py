@@ -56,3 +56,68 @@ def test_the_default_policy_denies_network_clients_and_asks_before_pushing():
     assert check_command(["git", "push"], DEFAULT_COMMAND_POLICY) is Action.ASK
     assert check_command(["python", "-m", "pytest"], DEFAULT_COMMAND_POLICY) is Action.ALLOW
     assert check_command(["env"], DEFAULT_COMMAND_POLICY) is Action.ALLOW
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["rm", "-rf", "src"],
+        ["rm", "-fr", "src"],
+        ["rm", "-Rf", "src"],
+        ["rm", "-fR", "src"],
+        ["rm", "-r", "-f", "src"],
+        ["rm", "-f", "-R", "src"],
+        ["rm", "--recursive", "--force", "src"],
+        ["rm", "--force", "-r", "src"],
+        ["rm", "--rec", "--for", "src"],
+        ["rm", "-rfv", "src"],
+        ["rm", "-v", "-rfi", "src"],
+        ["rm", "src", "-rf"],
+        ["/bin/rm", "-Rf", "--no-preserve-root", "/"],
+        ["git", "-C", ".", "push"],
+        ["git", "-c", "a.b=c", "clean", "-fdx"],
+        ["git", "--no-pager", "-C", "sub", "--git-dir=.git", "push", "origin"],
+        ["git", "--git-dir", ".git", "--work-tree", ".", "reset", "--hard"],
+        ["git", "--namespace=x", "-p", "clean"],
+        ["sh", "-c", "cd src && rm -Rf ."],
+        ["env", "-C", "src", "rm", "-r", "-f", "."],
+        ["env", "-u", "HOME", "git", "push"],
+        ["timeout", "-s", "KILL", "5", "rm", "-rf", "src"],
+        ["timeout", "--signal", "KILL", "5", "git", "-C", ".", "push"],
+        ["nice", "-n", "5", "rm", "-rf", "src"],
+        ["stdbuf", "-o", "L", "rm", "-rf", "src"],
+    ],
+)
+def test_spellings_of_recursive_deletion_and_git_global_options_still_ask(argv):
+    assert check_command(argv, DEFAULT_COMMAND_POLICY) is Action.ASK
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["rm", "-f", "build.log"],
+        ["rm", "-r", "build"],
+        ["rm", "--", "-rf"],  # removes the file named "-rf"
+        ["git", "-C", "sub", "status"],
+        ["git", "-c", "push.default=current", "status"],
+        ["git", "log", "--", "push"],
+    ],
+)
+def test_commands_that_only_look_like_a_recursive_deletion_or_a_push_are_allowed(argv):
+    assert check_command(argv, DEFAULT_COMMAND_POLICY) is Action.ALLOW
+
+
+def test_a_configured_rule_is_normalized_like_the_command():
+    policy = CommandPolicy((CommandRule(("rm", "-fr"), Action.DENY),))
+    assert check_command(["rm", "-R", "--force", "x"], policy) is Action.DENY
+    policy = CommandPolicy((CommandRule(("git", "push"), Action.DENY),))
+    assert check_command(["git", "-C", ".", "push"], policy) is Action.DENY
+
+
+def test_env_split_string_is_not_understood_so_it_asks():
+    assert check_command(["env", "-S", "rm -rf src"], DEFAULT_COMMAND_POLICY) is Action.ASK
+
+
+def test_a_duration_or_assignment_after_a_wrapper_is_not_taken_for_an_option():
+    assert check_command(["timeout", "5s", "git", "push"], DEFAULT_COMMAND_POLICY) is Action.ASK
+    assert check_command(["env", "Au=1", "rm", "-Rf", "x"], DEFAULT_COMMAND_POLICY) is Action.ASK

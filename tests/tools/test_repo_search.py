@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from toolkernel.codes import ErrorCode, Status
+from toolkernel.errors import ToolFailed
 from toolkernel.testing import make_kernel
-from toolkernel.tools import install
+from toolkernel.tools import Sandbox, install
 
 pytestmark = pytest.mark.anyio
 
@@ -143,3 +144,52 @@ async def test_a_query_or_glob_ripgrep_cannot_take_is_invalid_arguments(
     )
     assert f"'{prop}'" in result.safe_message
     assert says in result.safe_message
+
+
+async def test_a_file_only_the_path_guard_forbids_leaves_no_trace_in_result_or_artifact(kernel, ws):
+    # The guard also forbids a name with trailing dots ("server.pem." is "server.pem"
+    # where such names are trimmed); ripgrep's exclusion globs do not see it that way.
+    (ws / "deploy.pem.").write_text("launch code ZULU NINE\n")
+    (ws / "docs" / "launch.md").write_text("the launch code is not written down\n")
+    result = await search(kernel, query="launch code")
+    assert result.status is Status.SUCCEEDED
+    out = result.structured_output
+    assert [m["path"] for m in out["matches"]] == ["docs/launch.md"]
+    assert (out["totalMatches"], out["filesWithMatches"]) == (1, 1)
+    assert result.safe_message == "Found 1 match for 'launch code' in 1 file."
+    assert result.artifacts
+    run = kernel.start_run()
+    for ref in result.artifacts:
+        raw = kernel.artifacts.read(ref.id)
+        assert b"ZULU" not in raw
+        assert b"deploy.pem" not in raw
+        shown = await kernel.call(run, "artifact.read", {"artifactId": ref.id})
+        assert shown.status is Status.SUCCEEDED
+        assert "ZULU" not in json.dumps(shown.projection())
+    messages = [
+        json.loads(line)
+        for line in kernel.artifacts.read(result.artifacts[0].id).split(b"\n")
+        if line
+    ]
+    assert [m["type"] for m in messages] == ["begin", "match", "end", "summary"]
+    assert messages[-1]["data"]["stats"]["matched_lines"] == 1
+
+
+async def test_a_timed_out_search_returns_none_of_ripgreps_unfiltered_output(kernel, monkeypatch):
+    line = b'{"type":"match","data":{"path":{"text":"./deploy.pem."},"lines":{"text":"ZULU"}}}\n'
+    partial = kernel.artifacts.put(line)
+
+    async def times_out(self, argv, **kwargs):
+        raise ToolFailed(
+            "repo.search timed out.",
+            code=ErrorCode.TIMEOUT,
+            output={"stdout": {"head": line.decode(), "artifact": partial.id}},
+            artifacts=[partial],
+        )
+
+    monkeypatch.setattr(Sandbox, "run", times_out)
+    result = await search(kernel, query="ZULU")
+    assert (result.status, result.error_code) == (Status.TIMED_OUT, ErrorCode.TIMEOUT)
+    assert result.artifacts == ()
+    assert "ZULU" not in json.dumps(result.projection())
+    assert partial.id not in json.dumps(result.projection())

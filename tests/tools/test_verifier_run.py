@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import anyio
 import pytest
 
 from toolkernel.codes import ErrorCode, Status
@@ -123,3 +124,41 @@ def test_pytest_text_parsing_finds_failures_and_locations(tmp_path):
     first, second = report.entries
     assert (first.file, first.line, first.message) == ("tests/test_a.py", 12, "assert 1 == 2")
     assert (second.kind, second.file) == ("error", "tests/test_b.py")
+
+
+# A conftest.py the model could write: it swaps the JUnit report for something else as
+# pytest ends, after the report was written.
+PLANTED_REPORT = textwrap.dedent(
+    """\
+    import os
+
+
+    def pytest_unconfigure(config):
+        path = getattr(config.option, "xmlpath", None)
+        if path:
+            os.unlink(path)
+            {plant}
+    """
+)
+PLANTS = {
+    "fifo": "os.mkfifo(path)",
+    "symlink": "os.symlink('/etc/passwd', path)",
+    "directory": "os.mkdir(path)",
+}
+
+
+@pytest.mark.timeout(60)  # before the fix, the FIFO blocked the event loop for good
+@pytest.mark.parametrize("kind", sorted(PLANTS))
+async def test_a_report_replaced_by_a_non_regular_file_is_ignored(ws, kind):
+    (ws / "tests" / "test_client.py").write_text("def test_ok():\n    assert True\n")
+    (ws / "conftest.py").write_text(PLANTED_REPORT.format(plant=PLANTS[kind]))
+    kernel = build(ws)
+    try:
+        with anyio.fail_after(50):
+            result = await kernel.call(kernel.start_run(), "verifier.run", {"timeoutMs": 30_000})
+    finally:
+        kernel.close()
+    assert result.status is Status.SUCCEEDED, result.safe_message
+    assert result.structured_output["reportSource"] == "text"
+    assert result.structured_output["tests"] == 1
+    assert "JUnit report" not in {a.description for a in result.artifacts}

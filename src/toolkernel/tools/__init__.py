@@ -42,7 +42,7 @@ from toolkernel.tools.adapter import (
     SandboxSettings,
     sandbox_for,
 )
-from toolkernel.tools.artifact_read import artifact_read
+from toolkernel.tools.artifact_read import artifact_read, check_artifact_read
 from toolkernel.tools.commands import (
     DEFAULT_COMMAND_POLICY,
     CommandPolicy,
@@ -52,10 +52,10 @@ from toolkernel.tools.commands import (
     command_approval_reasons,
     review_command,
 )
-from toolkernel.tools.files import file_read
-from toolkernel.tools.patch import file_patch
+from toolkernel.tools.files import check_file_read, file_read
+from toolkernel.tools.patch import check_file_patch, file_patch
 from toolkernel.tools.search import repo_search
-from toolkernel.tools.shell import shell_run
+from toolkernel.tools.shell import check_shell_run, shell_run
 from toolkernel.tools.verifier import verifier_run
 from toolkernel.validation import Violation
 
@@ -117,7 +117,7 @@ def install(kernel: Kernel, settings: SandboxSettings | None = None) -> SandboxA
         definition = workspace_tool.definition
         if kernel.registry.find(definition.name, definition.version) is None:
             kernel.register(workspace_tool)
-    _add_command_checks(kernel, settings.command_policy)
+    _add_checks(kernel, settings.command_policy)
     try:
         adapter = SandboxAdapter.create(kernel.config, settings)
     except SandboxUnavailable as exc:
@@ -153,9 +153,10 @@ def settings_from_config(section: Mapping[str, Any]) -> SandboxSettings:
     )
 
 
-def _add_command_checks(kernel: Kernel, policy: CommandPolicy) -> None:
-    """``shell.run``'s command policy, checked before dispatch: deny in validation,
-    ask in authorization (the approver sees the full command)."""
+def _add_checks(kernel: Kernel, policy: CommandPolicy) -> None:
+    """The tools' own argument checks, run in validation (a refused call never starts),
+    and ``shell.run``'s command policy: deny in validation, ask in authorization (the
+    approver sees the full command)."""
 
     def argv_of(arguments: Mapping[str, Any]) -> list[str]:
         argv = arguments.get("argv")
@@ -172,6 +173,11 @@ def _add_command_checks(kernel: Kernel, policy: CommandPolicy) -> None:
 
     kernel.add_checks(
         "shell.run",
-        arguments=denied,
+        arguments=lambda arguments: check_shell_run(arguments) or denied(arguments),
         approval=lambda arguments: command_approval_reasons(argv_of(arguments), policy),
     )
+    kernel.add_checks("file.read", arguments=check_file_read)
+    kernel.add_checks(
+        "file.patch", arguments=lambda arguments: check_file_patch(arguments, kernel.guard)
+    )
+    kernel.add_checks("artifact.read", arguments=check_artifact_read)

@@ -14,14 +14,20 @@ byte of the returned range that lies in a secret found there comes back as
 1 KiB, and a private key block at most ~12 KiB up to its END line, all within the
 reach: so, whatever the boundaries, no range shows any part of such a secret, nor a
 value whose keyword (``password=``) lies outside the range. A key block without an
-END line is masked only as far as the reach goes past its BEGIN line. What the tool
-returns then goes through the kernel's redaction like every projection, which masks
-stack traces and host paths in the returned text itself.
+END line is masked only as far as the reach goes past its BEGIN line.
+
+Host paths get the same treatment where the range cuts them: found in the widened
+window by the redactor's own path patterns, the part inside the range comes back as
+``<host-path>`` (counted as ``host-path``), since ``home/alice/…`` without its
+leading "/" would no longer look like a path. What the tool returns then goes through
+the kernel's redaction like every projection, which masks stack traces and the host
+paths wholly inside the range, and shows workspace paths relative.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from typing import Annotated, Any, BinaryIO, Final
 
 from annotated_types import Ge, Le, MaxLen, MinLen
@@ -32,9 +38,16 @@ from toolkernel.definition import ConcurrencyGroup
 from toolkernel.dispatch import ToolOutput
 from toolkernel.errors import ToolFailed, UsageError
 from toolkernel.functions import tool
-from toolkernel.redaction import SECRET_MASK, Redactor
+from toolkernel.redaction import (  # the path patterns: a cut path is masked as a whole one is
+    _HOST_PATH,
+    _WINDOWS_PATH,
+    HOST_PATH_MASK,
+    SECRET_MASK,
+    Redactor,
+)
+from toolkernel.validation import Violation
 
-__all__ = ["artifact_read"]
+__all__ = ["artifact_read", "check_artifact_read"]
 
 _NAME: Final = "artifact.read"
 _MAX_LINE_SCAN: Final = 64 * 1024
@@ -69,22 +82,20 @@ def artifact_read(
         endLine: last line to read (inclusive); line mode.
         maxBytes: cap on the returned text; the result says where to continue.
     """
-    bytes_mode = startByte is not None or endByte is not None
-    lines_mode = startLine is not None or endLine is not None
-    if bytes_mode and lines_mode:
+    bounds = {
+        "startByte": startByte,
+        "endByte": endByte,
+        "startLine": startLine,
+        "endLine": endLine,
+    }
+    if (violation := check_artifact_read(bounds)) is not None:
         raise ToolFailed(
             safe_message(
-                ErrorCode.SCHEMA_VIOLATION,
-                property="startLine",
-                tool=_NAME,
-                rule="give a byte range or a line range, not both",
+                violation.code, tool=_NAME, property=violation.property, **violation.fields
             ),
-            code=ErrorCode.SCHEMA_VIOLATION,
+            code=violation.code,
         )
-    if startByte is not None and endByte is not None and endByte <= startByte:
-        raise _before_start("endByte", "endByte must be greater than startByte")
-    if startLine is not None and endLine is not None and endLine < startLine:
-        raise _before_start("endLine", "endLine must not be less than startLine")
+    lines_mode = startLine is not None or endLine is not None
     if ctx.kernel is None:
         raise ToolFailed(safe_message(ErrorCode.INTERNAL_ERROR, tool=_NAME))
     store = ctx.kernel.artifacts
@@ -115,10 +126,40 @@ def artifact_read(
     return ToolOutput(data, _summary(data))
 
 
+def check_artifact_read(arguments: Mapping[str, Any]) -> Violation | None:
+    """What the schema cannot say about ``artifact.read``'s arguments: one range, in order.
+
+    `toolkernel.tools.install` has the kernel run this in validation, so such a call is
+    refused before it starts; the tool checks again when registered without it.
+    """
+    start_byte, end_byte = arguments.get("startByte"), arguments.get("endByte")
+    start_line, end_line = arguments.get("startLine"), arguments.get("endLine")
+    if (start_byte is not None or end_byte is not None) and (
+        start_line is not None or end_line is not None
+    ):
+        rule = "give a byte range or a line range, not both"
+        return Violation(ErrorCode.SCHEMA_VIOLATION, "startLine", {"rule": rule})
+    if _out_of_order(start_byte, end_byte, inclusive=False):
+        bound = "endByte must be greater than startByte"
+        return Violation(ErrorCode.OUT_OF_BOUNDS, "endByte", {"bound": bound})
+    if _out_of_order(start_line, end_line, inclusive=True):
+        bound = "endLine must not be less than startLine"
+        return Violation(ErrorCode.OUT_OF_BOUNDS, "endLine", {"bound": bound})
+    return None
+
+
+def _out_of_order(start: object, end: object, *, inclusive: bool) -> bool:
+    """Whether ``end`` lies before ``start``; an exclusive end must lie after it."""
+    if not isinstance(start, int | float) or not isinstance(end, int | float):
+        return False
+    return end < start if inclusive else end <= start
+
+
 def _masked(
     handle: BinaryIO, start: int, stop: int, redactor: Redactor
 ) -> tuple[str, Counter[str]]:
-    """Bytes ``[start, stop)`` as text, every byte of a secret around them masked."""
+    """Bytes ``[start, stop)`` as text, every byte of a secret around them masked, and
+    every byte of a host path they cut."""
     reach = max(_REACH, 4 * redactor.max_secret_length)  # UTF-8: up to 4 bytes a character
     low = max(0, start - reach)
     handle.seek(low)
@@ -127,24 +168,46 @@ def _masked(
     # surrogateescape keeps one character per undecodable byte, so that character
     # offsets map back to byte offsets exactly.
     text = window.decode("utf-8", errors="surrogateescape")
+    secrets = _byte_spans(text, redactor.secret_spans(text))
+    # A path wholly in the range is the kernel's to redact (a workspace path becomes
+    # relative); one the range cuts would no longer look like a path to it.
+    paths = [
+        (begin, end, kind)
+        for begin, end, kind in _byte_spans(text, _host_path_spans(text))
+        if begin < first or end > last
+    ]
+    spans = sorted(
+        [(b, e, k, SECRET_MASK) for b, e, k in secrets]
+        + [(b, e, k, HOST_PATH_MASK) for b, e, k in paths]
+    )
     withheld: Counter[str] = Counter()
-    masked: list[list[int]] = []
-    for begin, end, kind in _byte_spans(text, redactor.secret_spans(text)):
+    masked: list[tuple[int, int, str]] = []
+    for begin, end, kind, mask in spans:
         if end <= first or begin >= last:
             continue
         withheld[kind] += 1
         begin, end = max(begin, first), min(end, last)
         if masked and begin <= masked[-1][1]:  # overlapping or adjacent: one mask
-            masked[-1][1] = max(masked[-1][1], end)
+            before, until, shown = masked[-1]
+            strongest = SECRET_MASK if SECRET_MASK in (shown, mask) else mask
+            masked[-1] = (before, max(until, end), strongest)
         else:
-            masked.append([begin, end])
+            masked.append((begin, end, mask))
     pieces: list[str] = []
     done = first
-    for begin, end in masked:
-        pieces += [window[done:begin].decode("utf-8", errors="replace"), SECRET_MASK]
+    for begin, end, mask in masked:
+        pieces += [window[done:begin].decode("utf-8", errors="replace"), mask]
         done = end
     pieces.append(window[done:last].decode("utf-8", errors="replace"))
     return "".join(pieces), withheld
+
+
+def _host_path_spans(text: str) -> list[tuple[int, int, str]]:
+    """Where ``text`` holds host paths, found by the redactor's own path patterns."""
+    spans = [(m.start(), m.end(), "host-path") for m in _HOST_PATH.finditer(text)]
+    # The Windows pattern starts at the colon; its span takes in the drive letter.
+    spans += [(m.start() - 1, m.end(), "host-path") for m in _WINDOWS_PATH.finditer(text)]
+    return spans
 
 
 def _byte_spans(text: str, spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
@@ -232,12 +295,5 @@ def _summary(data: dict[str, Any]) -> str:
     withheld = data.get("withheld", {})
     if withheld:
         kinds = ", ".join(f"{count} {kind}" for kind, count in withheld.items())
-        more += f" Secrets in or across the range were withheld: {kinds}."
+        more += f" Withheld in or across the range: {kinds}."
     return f"Read {where} of artifact {data['artifactId']} ({data['size']} bytes).{more}"
-
-
-def _before_start(prop: str, bound: str) -> ToolFailed:
-    return ToolFailed(
-        safe_message(ErrorCode.OUT_OF_BOUNDS, property=prop, tool=_NAME, bound=bound),
-        code=ErrorCode.OUT_OF_BOUNDS,
-    )

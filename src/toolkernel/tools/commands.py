@@ -9,15 +9,23 @@
 
 The longest matching prefix decides; between rules of equal length the strictest
 (deny, then ask) wins. Program names are compared by basename, so ``/usr/bin/curl``
-is ``curl``. Common wrappers are looked through (``env A=1 curl``, ``timeout 5
-curl``, ``nice``, ``nohup``), and the script of ``sh -c``/``bash -c`` is split into
-its simple commands, each checked, the strictest verdict kept. A script that cannot
-be parsed needs approval.
+is ``curl``. Common wrappers are looked through with their options (``env A=1
+curl``, ``env -C dir curl``, ``timeout -s KILL 5 curl``, ``nice``, ``nohup``), and
+the script of ``sh -c``/``bash -c`` is split into its simple commands, each checked,
+the strictest verdict kept. A script that cannot be parsed needs approval, and so
+does ``env -S``, whose command is a string env splits itself.
+
+Commands and rule prefixes are compared in one spelling: ``rm``'s recursive and force
+flags, however written (``-Rf``, ``-r -f``, ``--recursive --force``, ``-rfv``), are
+``rm -rf``; ``git``'s global options (``-C DIR``, ``-c k=v``, ``--git-dir=…``,
+``--no-pager``) are skipped, so ``git -C . push`` is ``git push``.
 
 This is a guard rail for the approval flow, not the security boundary: a program can
-always reach the network or the disk in ways no prefix predicts (``python -c``). The
-sandbox (no network, read-only root) is what enforces; the policy decides what a
-human sees first.
+always reach the network or the disk in ways no prefix predicts (``python -c``,
+``find -delete``, ``xargs rm -rf``, a git alias), and a command put together when the
+script runs (``sh -c "$CMD"``, ``eval``) is beyond what splitting a ``sh -c`` string
+can see. The sandbox (no network, read-only root) is what enforces; the policy decides
+what a human sees first.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Final
+from typing import Final, Literal
 
 from toolkernel.policy import Action
 
@@ -45,6 +53,24 @@ _SHELLS: Final = frozenset({"sh", "bash", "dash", "zsh", "ksh"})
 _WRAPPERS: Final = frozenset({"env", "nice", "nohup", "timeout", "stdbuf", "time", "command"})
 _SEPARATORS: Final = frozenset({";", "&&", "||", "|", "&", "(", ")", ";;", "|&"})
 _MAX_DEPTH: Final = 4
+_OptionKind = Literal["value", "split"]
+# Wrapper options whose value is the next word (unless attached: ``-uNAME``,
+# ``--unset=NAME``), and env's -S, whose value is the command itself, as a string.
+_WRAPPER_OPTIONS: Final[dict[str, dict[str, _OptionKind]]] = {
+    "env": {
+        **dict.fromkeys(("u", "unset", "C", "chdir"), "value"),
+        **dict.fromkeys(("S", "split-string"), "split"),
+    },
+    "timeout": dict.fromkeys(("s", "signal", "k", "kill-after"), "value"),
+    "nice": dict.fromkeys(("n", "adjustment"), "value"),
+    "stdbuf": dict.fromkeys(("i", "o", "e", "input", "output", "error"), "value"),
+    "time": dict.fromkeys(("f", "format", "o", "output"), "value"),
+}
+# git's global options whose value is the next word; git takes no abbreviations.
+_GIT_VALUE_OPTIONS: Final = frozenset(
+    {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env"}
+    | {"--super-prefix", "--attr-source"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,26 +147,70 @@ def command_approval_reasons(argv: Sequence[str], policy: CommandPolicy) -> tupl
 
 
 def _judge(command: tuple[str, ...], policy: CommandPolicy) -> CommandVerdict:
+    spelled = _canonical(command)
     best: CommandRule | None = None
+    best_length = 0
     for rule in policy.rules:
-        if not _starts_with(command, rule.prefix):
+        prefix = _canonical(rule.prefix)
+        if not prefix or spelled[: len(prefix)] != prefix:
             continue
         if (
             best is None
-            or len(rule.prefix) > len(best.prefix)
-            or (
-                len(rule.prefix) == len(best.prefix)
-                and _STRICTNESS[rule.action] > _STRICTNESS[best.action]
-            )
+            or len(prefix) > best_length
+            or (len(prefix) == best_length and _STRICTNESS[rule.action] > _STRICTNESS[best.action])
         ):
-            best = rule
+            best, best_length = rule, len(prefix)
     return CommandVerdict(best.action if best else policy.default, command, best)
 
 
-def _starts_with(command: tuple[str, ...], prefix: tuple[str, ...]) -> bool:
-    if not prefix or len(command) < len(prefix):
-        return False
-    return _program(command[0]) == _program(prefix[0]) and command[1 : len(prefix)] == prefix[1:]
+def _canonical(words: Sequence[str]) -> tuple[str, ...]:
+    """``words`` spelled the way rules are matched: the program by basename, ``rm``'s
+    deletion flags in one spelling, ``git`` from its subcommand on."""
+    if not words:
+        return ()
+    program, args = _program(words[0]), list(words[1:])
+    if program == "rm":
+        args = _rm_arguments(args)
+    elif program == "git":
+        args = _git_subcommand(args)
+    return (program, *args)
+
+
+def _rm_arguments(args: list[str]) -> list[str]:
+    """``rm``'s arguments with -r/-R/--recursive and -f/--force first, as ``-rf``,
+    ``-r`` or ``-f``; then its other options, then the operands (GNU rm takes options
+    after operands too). ``--`` stays only where an operand looks like an option."""
+    recursive = force = False
+    options: list[str] = []
+    operands: list[str] = []
+    for at, word in enumerate(args):
+        if word == "--":
+            operands += args[at + 1 :]
+            break
+        if word.startswith("--"):
+            # Abbreviations count: no other long option of rm starts with r or f.
+            is_recursive, is_force = "recursive".startswith(word[2:]), "force".startswith(word[2:])
+            recursive, force = recursive or is_recursive, force or is_force
+            if not (is_recursive or is_force):
+                options.append(word)
+        elif word.startswith("-") and word != "-":
+            recursive |= "r" in word[1:] or "R" in word[1:]
+            force |= "f" in word[1:]
+            if other := "".join(c for c in word[1:] if c not in "rRf"):
+                options.append("-" + other)
+        else:
+            operands.append(word)
+    flags = "r" * recursive + "f" * force
+    separator = ["--"] if any(o.startswith("-") for o in operands) else []
+    return [*(["-" + flags] if flags else []), *options, *separator, *operands]
+
+
+def _git_subcommand(args: list[str]) -> list[str]:
+    """``git``'s arguments from its subcommand on, its global options skipped."""
+    at = 0
+    while at < len(args) and args[at].startswith("-"):
+        at += 2 if args[at] in _GIT_VALUE_OPTIONS else 1
+    return args[at:]
 
 
 def _program(word: str) -> str:
@@ -151,8 +221,11 @@ def _simple_commands(argv: list[str], depth: int) -> list[tuple[str, ...]]:
     """The commands ``argv`` runs, looking through wrappers and ``sh -c`` scripts."""
     if not argv:
         return []
+    unwrapped = _unwrap(argv)
+    if unwrapped is None:
+        return []  # not understood: the caller turns that into ASK
     # A wrapper with nothing to wrap (a bare ``env``) is itself the command.
-    argv = _unwrap(argv) or argv
+    argv = unwrapped or argv
     if depth < _MAX_DEPTH and _program(argv[0]) in _SHELLS and "-c" in argv[1:]:
         script_at = argv.index("-c", 1) + 1
         if script_at >= len(argv):
@@ -167,15 +240,43 @@ def _simple_commands(argv: list[str], depth: int) -> list[tuple[str, ...]]:
     return [tuple(argv)]
 
 
-def _unwrap(argv: list[str]) -> list[str]:
+def _unwrap(argv: list[str]) -> list[str] | None:
+    """The command inside wrappers (empty for a bare wrapper); ``None`` for ``env -S``."""
     while argv and _program(argv[0]) in _WRAPPERS:
+        options = _WRAPPER_OPTIONS.get(_program(argv[0]), {})
         rest = argv[1:]
         # Skip the wrapper's own options and arguments: env's NAME=value pairs,
         # timeout's duration, nice's -n N. What remains starts at the real program.
         while rest and (rest[0].startswith("-") or "=" in rest[0] or _is_number(rest[0])):
-            rest = rest[1:]
+            kind = _option_kind(rest[0], options)
+            if kind == "split":
+                return None
+            rest = rest[2:] if kind == "value" else rest[1:]
         argv = rest
     return argv
+
+
+def _option_kind(word: str, options: dict[str, _OptionKind]) -> _OptionKind | None:
+    """``"value"`` if ``word`` is a wrapper option whose value is the next word,
+    ``"split"`` for env's -S in any spelling, else ``None`` (one word, nothing follows)."""
+    if not word.startswith("-"):
+        return None  # NAME=value, a duration
+    if word.startswith("--"):
+        name, equals, _ = word[2:].partition("=")
+        # GNU tools take any unambiguous abbreviation of a long option.
+        kinds = {kind for long, kind in options.items() if len(long) > 1 and long.startswith(name)}
+        if not name or not kinds:
+            return None
+        if "split" in kinds:
+            return "split"
+        return None if equals else "value"
+    for at, letter in enumerate(word[1:], start=1):
+        kind = options.get(letter)
+        if kind == "split":
+            return "split"
+        if kind == "value":  # the rest of the cluster is the value, else the next word is
+            return "value" if at == len(word) - 1 else None
+    return None
 
 
 def _is_number(word: str) -> bool:

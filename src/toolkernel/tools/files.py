@@ -19,7 +19,7 @@ import errno
 import hashlib
 import mimetypes
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, Final, Literal
 
 from annotated_types import Ge, Le
@@ -31,11 +31,13 @@ from toolkernel.dispatch import ToolOutput
 from toolkernel.errors import ToolFailed
 from toolkernel.functions import WorkspacePath, tool
 from toolkernel.tools.workspace_io import HASH_PREFIX, locate, open_dir, open_file
+from toolkernel.validation import Violation
 
-__all__ = ["file_read"]
+__all__ = ["check_file_read", "file_read"]
 
 Encoding = Literal["utf-8", "utf-16", "latin-1", "cp1252", "ascii"]
 
+_NAME: Final = "file.read"
 _SNIFF_BYTES: Final = 8192
 _CHUNK: Final = 256 * 1024
 _MAX_LINE: Final = 10_000_000
@@ -43,7 +45,7 @@ _MAX_LINE_CHARS: Final = 1_048_576
 
 
 @tool(
-    "file.read",
+    _NAME,
     execution_mode=ExecutionMode.SANDBOX_READ_ONLY,
     permissions=Permissions(read_workspace=True),
     concurrency_group=ConcurrencyGroup.READ_ONLY,
@@ -69,17 +71,14 @@ async def file_read(
         maxBytes: cap on the returned text in bytes; the result says where to continue.
         encoding: how the file's bytes are decoded.
     """
-    if endLine is not None and endLine < startLine:
+    if (violation := check_file_read({"startLine": startLine, "endLine": endLine})) is not None:
         raise ToolFailed(
             safe_message(
-                ErrorCode.OUT_OF_BOUNDS,
-                property="endLine",
-                tool="file.read",
-                bound="endLine must not be less than startLine",
+                violation.code, tool=_NAME, property=violation.property, **violation.fields
             ),
-            code=ErrorCode.OUT_OF_BOUNDS,
+            code=violation.code,
         )
-    target = locate(ctx, path, tool="file.read")
+    target = locate(ctx, path, tool=_NAME)
     try:
         with open_dir(target) as dir_fd:
             fd = open_file(dir_fd, target.name)
@@ -101,6 +100,19 @@ async def file_read(
         if binary:
             return _describe_binary(target.relative, head, handle)
         return _read_text(target.relative, head, handle, startLine, endLine, maxBytes, encoding)
+
+
+def check_file_read(arguments: Mapping[str, Any]) -> Violation | None:
+    """What the schema cannot say about ``file.read``'s arguments: the range's order.
+
+    `toolkernel.tools.install` has the kernel run this in validation, so such a call is
+    refused before it starts; the tool checks again when registered without it.
+    """
+    start, end = arguments.get("startLine", 1), arguments.get("endLine")
+    if isinstance(start, int | float) and isinstance(end, int | float) and end < start:
+        bound = "endLine must not be less than startLine"
+        return Violation(ErrorCode.OUT_OF_BOUNDS, "endLine", {"bound": bound})
+    return None
 
 
 def _describe_binary(relative: str, head: bytes, handle: Any) -> ToolOutput:

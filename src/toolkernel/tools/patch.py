@@ -20,6 +20,7 @@ import hashlib
 import os
 import re
 import stat
+from collections.abc import Mapping
 from typing import Annotated, Any, Final, TypedDict
 
 from annotated_types import MaxLen
@@ -30,6 +31,7 @@ from toolkernel.definition import ConcurrencyGroup, ExecutionMode, Permissions
 from toolkernel.dispatch import ToolOutput
 from toolkernel.errors import ToolFailed
 from toolkernel.functions import WorkspacePath, tool
+from toolkernel.pathguard import GuardedPath, PathGuard
 from toolkernel.tools.diffs import PatchError, apply_edits, apply_unified_diff, parse_unified_diff
 from toolkernel.tools.workspace_io import (
     Target,
@@ -39,8 +41,9 @@ from toolkernel.tools.workspace_io import (
     open_dir,
     open_file,
 )
+from toolkernel.validation import Violation
 
-__all__ = ["Edit", "file_patch"]
+__all__ = ["Edit", "check_file_patch", "file_patch"]
 
 MAX_PATCHED_BYTES: Final = 8 * 1024 * 1024
 """Largest file ``file.patch`` rewrites: it holds old and new text in memory."""
@@ -82,13 +85,16 @@ async def file_patch(
         edits: search/replace pairs applied in order; each search text must occur
             exactly once. To create a file, use one edit with an empty search.
     """
-    if (diff is None) == (edits is None):
-        raise _schema("diff", "give exactly one of 'diff' or 'edits'")
-    if baseHash is not None and not _HASH.fullmatch(baseHash):
-        raise _schema("baseHash", "it must be 'sha256:' followed by 64 lowercase hex digits")
+    arguments = {"path": path, "baseHash": baseHash, "diff": diff, "edits": edits}
+    guard = ctx.kernel.guard if ctx.kernel else None
+    if (violation := check_file_patch(arguments, guard)) is not None:
+        raise ToolFailed(
+            safe_message(
+                violation.code, tool=_NAME, property=violation.property, **violation.fields
+            ),
+            code=violation.code,
+        )
     target = locate(ctx, path, tool=_NAME)
-    if diff is not None:
-        _check_diff_names(diff, target)
     current, mode = _read_current(target)
     _check_precondition(target, current, baseHash)
     old_text = (current or b"").decode("utf-8", errors="surrogateescape")
@@ -118,6 +124,34 @@ async def file_patch(
     }
     verb = "Created" if current is None else ("Patched" if changed else "Left unchanged")
     return ToolOutput(data, f"{verb} {target.relative} (+{added} -{removed}); new {new_hash}.")
+
+
+def check_file_patch(arguments: Mapping[str, Any], guard: PathGuard | None) -> Violation | None:
+    """What the schema cannot say about ``file.patch``'s arguments: one kind of change,
+    a well-formed ``baseHash``, a diff of the patched file alone (``guard`` normalizes
+    ``path``; without it the diff's file names are not compared).
+
+    `toolkernel.tools.install` has the kernel run this in validation, so such a call is
+    refused before it starts; the tool checks again when registered without it.
+    """
+    diff, edits = arguments.get("diff"), arguments.get("edits")
+    base_hash = arguments.get("baseHash")
+    if (diff is None) == (edits is None):
+        return _schema("diff", "give exactly one of 'diff' or 'edits'")
+    if base_hash is not None and not (isinstance(base_hash, str) and _HASH.fullmatch(base_hash)):
+        return _schema("baseHash", "it must be 'sha256:' followed by 64 lowercase hex digits")
+    if not isinstance(diff, str):
+        return None
+    try:
+        _, names = parse_unified_diff(diff)
+    except PatchError as exc:
+        return _schema("diff", exc.reason)
+    except ValueError:  # a line number longer than int() takes; the kernel must not crash
+        return _schema("diff", "a hunk header's line numbers are too long")
+    checked = guard.check(str(arguments.get("path", ""))) if guard is not None else None
+    if isinstance(checked, GuardedPath) and names - {checked.relative}:
+        return _schema("diff", "its file headers must name only the patched path")
+    return None
 
 
 def _read_current(target: Target) -> tuple[bytes | None, int]:
@@ -183,15 +217,6 @@ def _exists(dir_fd: int, name: str) -> bool:
     return True
 
 
-def _check_diff_names(diff: str, target: Target) -> None:
-    try:
-        _, names = parse_unified_diff(diff)
-    except PatchError as exc:
-        raise _schema("diff", exc.reason) from None
-    if names - {target.relative}:
-        raise _schema("diff", "its file headers must name only the patched path")
-
-
 def _count_changes(old: str, new: str) -> tuple[int, int]:
     added = removed = 0
     for line in difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0):
@@ -213,8 +238,5 @@ def _precondition(detail: str) -> ToolFailed:
     )
 
 
-def _schema(prop: str, rule: str) -> ToolFailed:
-    return ToolFailed(
-        safe_message(ErrorCode.SCHEMA_VIOLATION, property=prop, tool=_NAME, rule=rule),
-        code=ErrorCode.SCHEMA_VIOLATION,
-    )
+def _schema(prop: str, rule: str) -> Violation:
+    return Violation(ErrorCode.SCHEMA_VIOLATION, prop, {"rule": rule})

@@ -3,12 +3,18 @@
 ``rg --json`` runs under bubblewrap with the workspace mounted read-only. It honours
 ``.gitignore`` (also outside a git checkout: ``--no-require-git``), and every
 forbidden-path glob of the kernel is passed as a case-insensitive exclusion, last, so
-a caller's own globs cannot re-include one. As a second line, each reported path is
-checked with the kernel's path guard before it reaches the model.
+a caller's own globs cannot re-include one. The globs and the guard do not always
+agree (the guard also forbids ``key.pem.``, a name Windows file systems would trim to
+``key.pem``), so every message of ripgrep's output is checked with the kernel's path
+guard, and nothing about a path it forbids reaches the model: not the matches, not the
+counts, not the artifact.
 
-Only the first ``maxResults`` matches are parsed; the totals come from ripgrep's
-closing summary, so a search with a million hits costs no more Python than one with
-fifty. The complete ``rg --json`` output is kept as an artifact.
+ripgrep's output is streamed once, in a worker thread. Only each message's path is
+decoded, so a search with a million hits costs one pass over the output, not a million
+JSON parses; only the first ``maxResults`` matches are parsed whole. The messages
+about allowed paths are kept as the result's one artifact, closed by a summary line of
+our own: ripgrep's totals count what was dropped. ripgrep's raw output (and its
+stderr) stay out of the result, also when the search times out.
 """
 
 from __future__ import annotations
@@ -16,14 +22,20 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, BinaryIO, Final
+from typing import Annotated, Any, Final
 
+import anyio
 from annotated_types import Ge, Le, MaxLen, MinLen
 
+from toolkernel.artifacts import ArtifactStore
+from toolkernel.calls import ArtifactRef
 from toolkernel.codes import ErrorCode, safe_message
 from toolkernel.context import ToolContext
 from toolkernel.definition import ConcurrencyGroup, ExecutionMode, Permissions
@@ -38,7 +50,10 @@ PREVIEW_CHARS: Final = 200
 """Longest line preview; longer lines are cut around the first match."""
 
 _NAME: Final = "repo.search"
-_SUMMARY_TAIL: Final = 64 * 1024
+_ARTIFACT: Final = "repo.search matches (rg --json)"
+# Every message about a file starts so (ripgrep's JSON printer writes the path first).
+_HEAD: Final = re.compile(rb'\{"type":"(begin|match|context|end)","data":\{"path":')
+_DECODER: Final = json.JSONDecoder()
 
 
 @tool(
@@ -80,39 +95,41 @@ async def repo_search(
         case_sensitive=caseSensitive,
         fixed_string=fixedString,
     )
-    result = await sandbox.run(argv, label="rg --json")
+    try:
+        result = await sandbox.run(argv, label="rg --json")
+    except ToolFailed as failed:
+        # A timeout or a cancellation carries ripgrep's partial output, unfiltered.
+        raise ToolFailed(
+            failed.safe_message, code=failed.code, retryable=failed.retryable
+        ) from failed
     # Exit 2 with output means some files could not be read; the matches still count.
     if result.exit_code not in (0, 1) and (
         result.stdout.size == 0 or _refused_pattern(result) is not None
     ):
         raise _rg_failed(result)
     guard = ctx.kernel.guard if ctx.kernel else None
-    matches: list[dict[str, Any]] = []
-    stats: dict[str, Any] = {}
-    if result.stdout.artifact is not None:
-        with sandbox.artifacts.open(result.stdout.artifact.id) as handle:
-            for match in _matches(handle):
-                if guard is not None and guard.is_forbidden(match["path"]):
-                    continue
-                matches.append(match)
-                if len(matches) > maxResults:
-                    break
-            stats = _summary(handle, result.stdout.size)
-    truncated = len(matches) > maxResults or result.output_truncated
-    matches = matches[:maxResults]
-    total = int(stats.get("matched_lines", len(matches)))
-    files = int(stats.get("searches_with_match", len({m["path"] for m in matches})))
+    found = await anyio.to_thread.run_sync(
+        partial(
+            _filter,
+            sandbox.artifacts,
+            result.stdout.artifact,
+            forbidden=guard.is_forbidden if guard is not None else lambda _: False,
+            keep=maxResults + 1,
+            producer=ctx.tool_call_id,
+        )
+    )
+    truncated = len(found.matches) > maxResults or result.output_truncated
+    matches = found.matches[:maxResults]
     data = {
         "query": query,
         "matches": matches,
-        "totalMatches": total,
-        "filesWithMatches": files,
+        "totalMatches": found.total,
+        "filesWithMatches": found.files,
         "truncated": truncated,
         "sandboxed": result.sandboxed,
     }
-    return ToolOutput(
-        data, _summary_text(query, total, files, len(matches), truncated), result.artifacts
-    )
+    summary = _summary_text(query, found.total, found.files, len(matches), truncated)
+    return ToolOutput(data, summary, (found.artifact,) if found.artifact else ())
 
 
 def rg_argv(
@@ -156,43 +173,96 @@ def find_rg(configured: str | None = None) -> str:
     )
 
 
-def _matches(handle: BinaryIO) -> Iterator[dict[str, Any]]:
-    for raw in handle:
-        if not raw.startswith(b'{"type":"match"'):
-            continue
-        data = json.loads(raw)["data"]
-        path = _text(data["path"]).removeprefix("./")
-        line = _text(data["lines"]).rstrip("\r\n")
-        submatches = data.get("submatches") or []
-        start = (
-            len(
-                _text(data["lines"])
-                .encode("utf-8")[: submatches[0]["start"]]
-                .decode("utf-8", errors="ignore")
-            )
-            if submatches
-            else 0
-        )
-        yield {
-            "path": path,
-            "line": data["line_number"],
-            "column": start + 1,
-            "preview": _preview(line, start),
-        }
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """What ripgrep found outside forbidden paths."""
+
+    matches: list[dict[str, Any]]  # the first ``keep`` of them, parsed
+    total: int  # match messages: matched lines
+    files: int
+    artifact: ArtifactRef | None
 
 
-def _summary(handle: BinaryIO, size: int) -> dict[str, Any]:
-    """ripgrep's closing stats: the last line of its output (absent if it was cut)."""
-    handle.seek(max(0, size - _SUMMARY_TAIL))
-    lines = handle.read().rstrip(b"\n").rsplit(b"\n", 1)
+def _filter(
+    store: ArtifactStore,
+    source: ArtifactRef | None,
+    *,
+    forbidden: Callable[[str], bool],
+    keep: int,
+    producer: str,
+) -> _Found:
+    """ripgrep's messages about allowed paths, as an artifact, counted; blocking I/O."""
+    if source is None:
+        return _Found([], 0, 0, None)
+    matches: list[dict[str, Any]] = []
+    files: set[str] = set()
+    total = 0
+    current: str | None = None
+    allowed = False
+    with (
+        store.open(source.id) as handle,
+        store.writer(
+            media_type="application/x-ndjson", description=_ARTIFACT, producer=producer
+        ) as out,
+    ):
+        for raw in handle:
+            message = _kind_and_path(raw) if raw.endswith(b"\n") else None
+            if message is None:
+                continue  # ripgrep's summary, or the line the output cap cut short
+            kind, path = message
+            if path != current:  # a file's messages come together: one check each
+                current, allowed = path, not forbidden(path)
+            if not allowed:
+                continue
+            if kind == "match":
+                if len(matches) < keep:
+                    matches.append(_match(json.loads(raw)["data"]))
+                total += 1
+                files.add(path)
+            out.write(raw)
+        stats = {"matched_lines": total, "searches_with_match": len(files)}
+        out.write(_json_line({"type": "summary", "data": {"stats": stats}}))
+        ref = out.commit()
+    return _Found(matches, total, len(files), ref)
+
+
+def _kind_and_path(raw: bytes) -> tuple[str, str] | None:
+    """The type of a begin/match/context/end message and its workspace-relative path."""
+    head = _HEAD.match(raw)
+    if head is None:
+        return None
     try:
-        message = json.loads(lines[-1])
-    except ValueError:
-        return {}
-    if message.get("type") != "summary":
-        return {}
-    stats: dict[str, Any] = message["data"]["stats"]
-    return stats
+        field, _ = _DECODER.raw_decode(raw.decode("utf-8"), head.end())
+    except ValueError:  # UnicodeDecodeError included
+        return None
+    if not isinstance(field, dict):
+        return None
+    return head[1].decode(), _text(field).removeprefix("./")
+
+
+def _match(data: dict[str, Any]) -> dict[str, Any]:
+    path = _text(data["path"]).removeprefix("./")
+    line = _text(data["lines"]).rstrip("\r\n")
+    submatches = data.get("submatches") or []
+    start = (
+        len(
+            _text(data["lines"])
+            .encode("utf-8")[: submatches[0]["start"]]
+            .decode("utf-8", errors="ignore")
+        )
+        if submatches
+        else 0
+    )
+    return {
+        "path": path,
+        "line": data["line_number"],
+        "column": start + 1,
+        "preview": _preview(line, start),
+    }
+
+
+def _json_line(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":")).encode() + b"\n"
 
 
 def _text(field: dict[str, Any]) -> str:

@@ -14,8 +14,8 @@ same output, so the model sees what went wrong.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
-from typing import Annotated, Final
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Final
 
 from annotated_types import Ge, Le, MaxLen, MinLen
 
@@ -29,8 +29,9 @@ from toolkernel.policy import Action
 from toolkernel.tools.adapter import sandbox_for
 from toolkernel.tools.commands import review_command
 from toolkernel.tools.workspace_io import locate
+from toolkernel.validation import Violation
 
-__all__ = ["display_command", "shell_run"]
+__all__ = ["check_shell_run", "display_command", "shell_run"]
 
 _NAME: Final = "shell.run"
 
@@ -59,8 +60,13 @@ async def shell_run(
         timeoutMs: how long the command may run, in milliseconds.
     """
     sandbox = sandbox_for(ctx)
-    if not argv[0]:
-        raise _not_allowed("the program name is empty")
+    if (violation := check_shell_run({"argv": argv})) is not None:
+        raise ToolFailed(
+            safe_message(
+                violation.code, tool=_NAME, property=violation.property, **violation.fields
+            ),
+            code=violation.code,
+        )
     verdict = review_command(argv, sandbox.settings.command_policy)
     if verdict.action is Action.DENY:
         why = verdict.rule.reason if verdict.rule and verdict.rule.reason else "denied by policy"
@@ -99,6 +105,20 @@ async def shell_run(
             artifacts=result.artifacts,
         )
     return ToolOutput(data, f"`{shown}` exited with status 0.", result.artifacts)
+
+
+def check_shell_run(arguments: Mapping[str, Any]) -> Violation | None:
+    """What the schema cannot say about ``shell.run``'s arguments: a program to run.
+
+    `toolkernel.tools.install` has the kernel run this in validation, with the command
+    policy's denials, so such a call is refused before it starts; the tool checks
+    again when registered without it.
+    """
+    argv = arguments.get("argv")
+    if isinstance(argv, list) and argv and argv[0] == "":
+        detail = "the program name is empty"
+        return Violation(ErrorCode.COMMAND_NOT_ALLOWED, "argv", {"detail": detail})
+    return None
 
 
 def display_command(argv: Sequence[str], limit: int = 200) -> str:

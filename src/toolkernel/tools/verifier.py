@@ -1,11 +1,14 @@
 """``verifier.run``: the project's test command, its failures as ``errorSummary`` entries.
 
 The configured command (default ``python -m pytest -q --junitxml={junitxml}``) runs
-like ``shell.run``. The JUnit report is written inside the workspace, under the
-runtime's own forbidden ``.toolkernel/verifier/`` directory (the sandbox's /tmp dies
-with it), read back through the link-free walk, kept as an artifact and removed.
-Without a report (another runner, a crash before pytest wrote it) pytest's text output
-is parsed instead: its ``FAILED``/``ERROR`` lines and ``file.py:LINE:`` locations.
+like ``shell.run``. The JUnit report is written to a private host directory outside
+the workspace, bound writable into the sandbox (whose own /tmp dies with it), read
+back, kept as an artifact and removed. The command controls what lies at the report
+path when it ends, so only a regular file is read, opened without following a link
+and without blocking (a FIFO would otherwise wait for a writer forever), in a worker
+thread. Without a report (another runner, a crash before pytest wrote it, anything
+but a regular file there) pytest's text output is parsed instead: its
+``FAILED``/``ERROR`` lines and ``file.py:LINE:`` locations.
 
 Failing tests make the call FAILED/PROCESS_EXIT_NONZERO with a short safe summary
 ("2 tests failed in tests/test_client.py") and the entries in the structured output.
@@ -21,9 +24,11 @@ import tempfile
 import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Final
 
+import anyio
 from annotated_types import Ge, Le, MaxLen
 
 from toolkernel.calls import ArtifactRef
@@ -117,9 +122,11 @@ async def verifier_run(
         result = await sandbox.run(
             argv, timeout_s=timeoutMs / 1000, label=_NAME, rw_dirs=(report_dir,)
         )
+        junit = await anyio.to_thread.run_sync(_take_report, report_path)
     finally:
-        junit = _take_report(report_path)
-        shutil.rmtree(report_dir, ignore_errors=True)
+        # Shielded: whatever the command left there goes, even from a cancelled call.
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(partial(shutil.rmtree, report_dir, ignore_errors=True))
     report_ref = None
     report = None
     if junit is not None:
@@ -284,15 +291,24 @@ def _count_in(count: int, one: str, many: str, entries: list[ErrorEntry]) -> str
 
 
 def _take_report(path: Path) -> bytes | None:
-    """Read the report without following a link the command may have planted."""
+    """The report, if a regular file is there; ``None`` for anything else.
+
+    Blocking I/O: call it in a worker thread. ``O_NONBLOCK`` keeps the open of a FIFO
+    from waiting for a writer, ``O_NOFOLLOW`` refuses a planted link.
+    """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    os.set_blocking(fd, True)
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        try:
+            data = handle.read(MAX_REPORT_BYTES + 1)
+        except OSError:
             return None
-        data = handle.read(MAX_REPORT_BYTES + 1)
     return data if len(data) <= MAX_REPORT_BYTES else None
 
 
