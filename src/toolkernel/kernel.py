@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 import re
 import threading
 import time
@@ -98,6 +99,7 @@ _SANDBOXED = frozenset(
     {ExecutionMode.SANDBOX_READ_ONLY, ExecutionMode.SANDBOX_WRITE, ExecutionMode.PROCESS}
 )
 _RECORDABLE = frozenset({Status.SUCCEEDED, Status.PARTIAL, Status.FAILED})
+_log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -847,7 +849,11 @@ class Kernel:
         checked = validate(tool, request.arguments or {}, self.guard)
         violation = checked.violation
         if violation is None and name in self._argument_checks:
-            violation = self._argument_checks[name](request.arguments or {})
+            try:
+                violation = self._argument_checks[name](request.arguments or {})
+            except Exception:  # noqa: BLE001 - a check that cannot decide refuses
+                _log.exception("the argument check of %s failed", name)
+                return ToolCallResult.from_code(call_id, ErrorCode.POLICY_ERROR, tool=name)
         if violation is not None:
             return ToolCallResult.from_code(
                 call_id,

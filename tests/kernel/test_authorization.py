@@ -613,6 +613,24 @@ def test_policy_that_cannot_be_evaluated_denies(kernel_factory):
     assert decision.reason_code is ErrorCode.POLICY_ERROR
 
 
+async def test_checks_that_raise_refuse_the_call_instead_of_escaping(kernel_factory, calls):
+    """An argument or approval check that cannot decide denies (fail closed)."""
+
+    def broken(arguments: object) -> None:
+        raise ValueError("the check itself is broken")
+
+    kernel = kernel_factory()
+    kernel.add_checks("repo.lookup", arguments=broken)
+    kernel.add_checks("file.peek", approval=broken)
+    run = kernel.start_run()
+    looked = await kernel.call(run, "repo.lookup", {"query": "x"})
+    peeked = await kernel.call(run, "file.peek", {"path": "src/app.py"})
+    for result in (looked, peeked):
+        assert (result.status, result.error_code) == (Status.DENIED, ErrorCode.POLICY_ERROR)
+        assert "broken" not in result.safe_message
+    assert calls.count == {}
+
+
 def test_decision_carries_the_contract_fields(kernel_factory):
     kernel = kernel_factory()
     tool = kernel.registry.find("repo.lookup")
