@@ -45,6 +45,7 @@ CONFIG_FILENAME: Final = "toolkernel.toml"
 STATE_DIRNAME: Final = ".toolkernel"
 # No configuration nests this deep; the schema validator gives up at about 250 levels.
 _MAX_DEPTH: Final = 64
+_SHOWN: Final = 200  # characters of a path a message shows
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +110,11 @@ def load_config(path: Path | None = None, *, workspace: Path | None = None) -> C
 
     Raises:
         ConfigError: the file is unreadable or not a regular file, not TOML, or
-            breaks the schema; the message names the file and the key.
+            breaks the schema, or a path in it (or ``workspace``) is one the system
+            cannot use; the message names the file and the key.
     """
+    if workspace is not None:
+        _usable(workspace, "workspace: ")
     if path is None:
         candidate = (workspace or Path.cwd()) / CONFIG_FILENAME
         try:
@@ -159,9 +163,16 @@ def from_mapping(
             key = ".".join(filter(None, [key, str(unexpected[0])]))
             raise ConfigError(f"{label}: key '{key}': unknown key")
         raise ConfigError(f"{label}: key '{key or '(root)'}': {error.message[:300]}")
-    root = (workspace or base / data.get("workspace", ".")).resolve()
-    state_dir = _resolve(root, data.get("state_dir", STATE_DIRNAME))
+    where = f"{label}: key "
+    if workspace is not None:
+        root = _usable(workspace, "workspace: ")
+    else:
+        root = _usable(base / data.get("workspace", "."), f"{where}'workspace': ")
+    state_dir = _resolve(root, data.get("state_dir", STATE_DIRNAME), f"{where}'state_dir': ")
     ledger = data.get("ledger", {})
+    ledger_path = (
+        _resolve(root, ledger["path"], f"{where}'ledger.path': ") if "path" in ledger else None
+    )
     run = data.get("run", {})
     tools = data.get("tools", {})
     forbidden = tuple(data.get("forbidden_paths", DEFAULT_FORBIDDEN))
@@ -184,7 +195,7 @@ def from_mapping(
         max_argument_bytes=int(data.get("max_argument_bytes", 256 * 1024)),
         ledger=LedgerConfig(
             backend=ledger.get("backend", "sqlite"),
-            path=_resolve(root, ledger["path"]) if "path" in ledger else None,
+            path=ledger_path,
             dsn=ledger.get("dsn"),
             synchronous=ledger.get("synchronous", "normal"),
             commit=ledger.get("commit", "each"),
@@ -197,7 +208,10 @@ def from_mapping(
         profile=profile,
         verification=VerificationStatus(run.get("verification", VerificationStatus.UNKNOWN)),
         tool_modules=tuple(tools.get("modules", ())),
-        tool_definitions=tuple(_resolve(base, p) for p in tools.get("definitions", ())),
+        tool_definitions=tuple(
+            _resolve(base, p, f"{where}'tools.definitions.{i}': ")
+            for i, p in enumerate(tools.get("definitions", ()))
+        ),
         sandbox=dict(data.get("sandbox", {})),
         mcp_servers=_mcp_servers(data.get("mcp"), base),
         source=source,
@@ -208,11 +222,11 @@ def _check_regular_file(path: Path) -> None:
     """Refuse what is there but cannot be the configuration: it is never skipped."""
     try:
         mode = path.stat().st_mode
-    except OSError as exc:
-        why = exc.strerror or str(exc)
-        if path.is_symlink():
+    except (OSError, ValueError) as exc:
+        why = _why(exc)
+        if _is_symlink(path):
             why = f"a symbolic link to a missing file: {why}"
-        raise ConfigError(f"{path}: cannot read the configuration ({why})") from exc
+        raise ConfigError(f"{_shown(path)}: cannot read the configuration ({why})") from exc
     if not stat.S_ISREG(mode):
         raise ConfigError(f"{path}: cannot read the configuration (not a regular file)")
 
@@ -225,6 +239,11 @@ def _check_values(data: Mapping[str, Any], label: str) -> None:
         keys, value = pending.pop()
         if len(keys) > _MAX_DEPTH:
             raise ConfigError(f"{label}: key '{keys[0]}': nested more than {_MAX_DEPTH} deep")
+        if keys and "\0" in keys[-1]:
+            named = ".".join(keys).replace("\0", "\\u0000")
+            raise ConfigError(f"{label}: key '{named}': a NUL character is not allowed")
+        if isinstance(value, str) and "\0" in value:
+            raise ConfigError(f"{label}: key '{'.'.join(keys)}': a NUL character is not allowed")
         if isinstance(value, Mapping):
             pending.extend(((*keys, str(k)), v) for k, v in value.items())
         elif isinstance(value, list):
@@ -243,9 +262,56 @@ def _mcp_servers(data: Mapping[str, Any] | None, base: Path) -> tuple[ServerConf
     return tuple(parse_servers(data, base=base))
 
 
-def _resolve(root: Path, value: str) -> Path:
-    path = Path(value).expanduser()
-    return path if path.is_absolute() else root / path
+def _resolve(root: Path, value: str, where: str) -> Path:
+    """``value`` from the configuration: ``~`` expanded, relative to ``root``, and
+    checked by ``_usable`` (``where`` names the key)."""
+    try:
+        path = Path(value).expanduser()
+    except RuntimeError as exc:  # ~user with no such user (or no home at all)
+        home = value.partition("/")[0]
+        why = f"no home directory for '{_shown(home)}'"
+        raise ConfigError(f"{where}cannot use '{_shown(value)}' ({why})") from exc
+    path = path if path.is_absolute() else root / path
+    _usable(path, where)
+    return path
+
+
+def _usable(path: Path, where: str) -> Path:
+    """``path`` resolved, if the system can look it up: one that is not there yet is
+    fine (the runtime creates it, or the caller says it is missing), one that never
+    could be (a NUL, a name too long, a regular file or a symbolic link loop on the
+    way) is refused here, naming the key (``where``), not deep in the runtime."""
+    try:
+        resolved = path.resolve()  # ValueError: a NUL; RuntimeError: a symbolic link loop
+        resolved.stat()
+    except FileNotFoundError:
+        pass
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise ConfigError(f"{where}cannot use '{_shown(path)}' ({_why(exc)})") from exc
+    return resolved
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    if isinstance(exc, ValueError):
+        return "a NUL character is not allowed"
+    return "a symbolic link loop"
+
+
+def _is_symlink(path: Path) -> bool:
+    try:
+        return stat.S_ISLNK(path.lstat().st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def _shown(path: Path | str) -> str:
+    """``path`` for a message: control characters escaped, a long one clipped."""
+    text = str(path)
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 1] + "…"
 
 
 def _set(values: Any, kind: type[Any]) -> frozenset[Any] | None:

@@ -25,16 +25,27 @@ def check_placement(config: Config) -> None:
     as a ``-journal`` a command creates, would be the ledger's too).
 
     Raises:
-        ConfigError: either placement.
+        ConfigError: either placement, or a path the system cannot look up (a
+            ``Config`` built by hand; ``load_config`` refuses those itself).
     """
-    workspace = config.workspace.resolve()
-    if config.state_dir.resolve() == workspace:
+    workspace = _resolved(config.workspace, "workspace")
+    if _resolved(config.state_dir, "state_dir") == workspace:
         raise ConfigError("state_dir: the state needs a directory of its own, not the workspace")
-    if config.ledger.backend == "sqlite" and config.ledger_path.resolve().parent == workspace:
+    ledger = _resolved(config.ledger_path, "ledger.path")
+    if config.ledger.backend == "sqlite" and ledger.parent == workspace:
         raise ConfigError(
             "ledger.path: put the ledger in a directory of its own (e.g. "
             "'.toolkernel/ledger.db'), not in the workspace root"
         )
+
+
+def _resolved(path: Path, key: str) -> Path:
+    try:
+        return path.resolve()
+    except RuntimeError as exc:
+        raise ConfigError(f"{key}: cannot use '{path}' (a symbolic link loop)") from exc
+    except ValueError as exc:
+        raise ConfigError(f"{key}: a NUL character is not allowed") from exc
 
 
 def state_paths(config: Config) -> tuple[Path, ...]:
