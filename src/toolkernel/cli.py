@@ -401,18 +401,22 @@ async def bridged(kernel: Kernel, run: Run) -> AsyncIterator[None]:
 
 @contextmanager
 def _stored_ledger(args: argparse.Namespace) -> Iterator[Ledger | None]:
-    """The ledger the configuration names, opened as the kernel opens it; ``None``
-    while its SQLite file is missing or empty, which reading must not create.
+    """The ledger the configuration names, opened for reading; ``None`` while its SQLite
+    file is missing or empty. A SQLite file is only read, never created, migrated or
+    switched to WAL: a user who may only read it can verify it, and a copy stays as it is.
 
     Raises:
         LedgerError: the ledger cannot be reached or read.
     """
     config = _config(args)
-    if config.ledger.backend == "sqlite" and _unwritten(config.ledger_path):
+    if config.ledger.backend != "sqlite":
+        with open_ledger(config) as ledger:
+            yield ledger
+    elif _unwritten(config.ledger_path):
         yield None
-        return
-    with open_ledger(config) as ledger:
-        yield ledger
+    else:
+        with SqliteLedger(config.ledger_path, read_only=True) as stored:
+            yield stored
 
 
 def _unwritten(path: Path) -> bool:

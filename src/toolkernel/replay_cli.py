@@ -45,6 +45,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import stat
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -172,7 +174,7 @@ def _refuse(exc: ReplayInputError, err: TextIO | None) -> int:
 def _read(path: Path, family: ReplayFamily | None) -> list[_Line]:
     """Every non-blank line as a response document of a known provider."""
     try:
-        data = path.read_bytes()
+        data = _regular_file_bytes(path)
     except OSError as exc:
         raise ReplayInputError(f"{path}: cannot read the file ({exc.strerror})") from exc
     return [
@@ -180,6 +182,16 @@ def _read(path: Path, family: ReplayFamily | None) -> list[_Line]:
         for number, raw in enumerate(data.splitlines(), start=1)
         if raw.strip()
     ]
+
+
+def _regular_file_bytes(path: Path) -> bytes:
+    """The file's bytes, if it is a regular file: a FIFO or a device (``/dev/zero``)
+    could block or never end."""
+    # Non-blocking, so that opening a FIFO does not wait for a writer.
+    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            raise ReplayInputError(f"{path}: not a regular file")
+        return file.read()
 
 
 def _document(path: Path, number: int, raw: bytes, family: ReplayFamily | None) -> _Line:

@@ -486,6 +486,115 @@ def test_verify_of_one_run_ignores_damage_elsewhere(ledger: Ledger, backend: Bac
     assert [(p.run_id, p.kind) for p in ledger.verify().problems] == [("run-b", "head_mismatch")]
 
 
+# --- the idempotency index -------------------------------------------------------------
+
+
+def keyed_call(key: str, *, status: str = "SUCCEEDED", indexed: bool = True) -> list[NewEvent]:
+    """A REQUEST and RESULT of ``file.write`` under ``key``, as the kernel records them."""
+    call = f"call-{key}"
+    result = {"toolName": "file.write", "idempotencyKey": key, "result": {"status": status}}
+    index = ("file.write", key) if indexed else None
+    return [
+        NewEvent(
+            EventType.TOOL_CALL_REQUEST, {"toolName": "file.write", "idempotencyKey": key}, call
+        ),
+        NewEvent(EventType.TOOL_CALL_RESULT, result, call, index_key=index),
+    ]
+
+
+def index_problems(ledger: Ledger, run_id: str | None = None) -> list[tuple[str, int | None]]:
+    report = ledger.verify(run_id)
+    assert {p.kind for p in report.problems} <= {"index_mismatch"}
+    return [(p.run_id, p.seq) for p in report.problems]
+
+
+# Run "run-1": k1's REQUEST and RESULT at seq 1 and 2, k2's at 3 and 4.
+_INDEX_TAMPERING = {
+    "entry moved to the call's REQUEST": (
+        "UPDATE idempotency SET seq = 1 WHERE key = 'k1'",
+        [("run-1", 1)],
+    ),
+    "entry moved to another key's RESULT": (
+        "UPDATE idempotency SET seq = 4 WHERE key = 'k1'",
+        [("run-1", 4)],
+    ),
+    "entry moved past the last event": (
+        "UPDATE idempotency SET seq = 99 WHERE key = 'k1'",
+        [("run-1", 99)],
+    ),
+    "entry moved to a run without events": (
+        "UPDATE idempotency SET run_id = 'ghost' WHERE key = 'k1'",
+        [("ghost", 2)],
+    ),
+    "entry renamed to another key": (
+        "UPDATE idempotency SET key = 'k9' WHERE key = 'k1'",
+        [("run-1", 2), ("run-1", 2)],  # k9's entry names k1's RESULT, and k1 has none
+    ),
+    "entry deleted": ("DELETE FROM idempotency WHERE key = 'k1'", [("run-1", 2)]),
+}
+
+
+@pytest.mark.parametrize("change", sorted(_INDEX_TAMPERING))
+def test_verify_reports_an_index_entry_that_is_not_its_keys_result(
+    ledger: Ledger, backend: Backend, change: str
+) -> None:
+    ledger.append("run-1", keyed_call("k1") + keyed_call("k2"))
+    assert ledger.verify().ok
+    sql, expected = _INDEX_TAMPERING[change]
+    backend.tamper(sql)
+
+    assert index_problems(ledger) == expected
+
+
+@pytest.mark.parametrize(
+    ("status", "stored_under_key"),
+    [
+        ("SUCCEEDED", True),
+        ("PARTIAL", True),
+        ("FAILED", True),
+        ("DENIED", False),
+        ("INVALID_ARGUMENTS", False),
+        ("CANCELLED", False),
+        ("TIMED_OUT", False),
+    ],
+)
+def test_a_keyed_result_needs_an_index_entry_if_the_kernel_stores_it_under_the_key(
+    ledger: Ledger, status: str, stored_under_key: bool
+) -> None:
+    ledger.append("run-1", keyed_call("k1", status=status, indexed=False))
+
+    assert index_problems(ledger) == ([("run-1", 2)] if stored_under_key else [])
+
+
+@pytest.mark.parametrize(
+    "marker",
+    [
+        {"replayedFrom": {"runId": "run-0", "seq": 2}},
+        {"sharedWith": "call-first"},
+        {"internal": {"interrupted": "RuntimeError"}},
+    ],
+    ids=["replayed", "shared", "interrupted"],
+)
+def test_a_result_copied_from_another_call_needs_no_index_entry(
+    ledger: Ledger, marker: dict[str, object]
+) -> None:
+    result = {"toolName": "file.write", "idempotencyKey": "k1", "result": {"status": "SUCCEEDED"}}
+    ledger.append("run-1", [NewEvent(EventType.TOOL_CALL_RESULT, {**result, **marker}, "c")])
+
+    assert ledger.verify().ok
+
+
+def test_verify_of_one_run_checks_the_index_entries_pointing_into_it(
+    ledger: Ledger, backend: Backend
+) -> None:
+    ledger.append("run-a", keyed_call("ka"))
+    ledger.append("run-b", keyed_call("kb"))
+    backend.tamper("UPDATE idempotency SET seq = 1 WHERE key = 'kb'")
+
+    assert index_problems(ledger, "run-a") == []
+    assert index_problems(ledger, "run-b") == [("run-b", 1)]
+
+
 _UNDECODABLE = {
     "unknown type": "UPDATE events SET type = 'NOPE'",
     "payload not JSON": "UPDATE events SET payload = 'not json'",

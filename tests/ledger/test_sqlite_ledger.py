@@ -107,3 +107,151 @@ def test_a_file_from_a_newer_schema_is_refused(db_path: Path) -> None:
 def test_an_unknown_synchronous_mode_is_refused(db_path: Path) -> None:
     with pytest.raises(ValueError, match="synchronous"):
         SqliteLedger(db_path, synchronous="off")  # type: ignore[arg-type]
+
+
+# --- fields stored as another type ----------------------------------------------------
+
+# SQLite keeps whatever a column is given. Each edit hits run-1 (events 1-3); run-2 stays
+# clean. Expected: text the bad_payload problems' details hold, and their (run_id, seq).
+_MISSTORED = {
+    "at as a blob": (
+        "UPDATE events SET at = CAST(at AS BLOB) WHERE run_id = 'run-1' AND seq = 2",
+        ("at is stored as a blob", [("run-1", 2)]),
+    ),
+    "tool_call_id as a blob": (
+        "UPDATE events SET tool_call_id = X'00ff' WHERE run_id = 'run-1' AND seq = 2",
+        ("tool_call_id is stored as a blob", [("run-1", 2)]),
+    ),
+    "prev_hash as a blob": (
+        "UPDATE events SET prev_hash = CAST(prev_hash AS BLOB) WHERE run_id = 'run-1' AND seq = 2",
+        ("prev_hash is stored as a blob", [("run-1", 2)]),
+    ),
+    "hash as a blob": (
+        "UPDATE events SET hash = CAST(hash AS BLOB) WHERE run_id = 'run-1' AND seq = 2",
+        ("hash is stored as a blob", [("run-1", 2)]),
+    ),
+    "type as a blob": (
+        "UPDATE events SET type = CAST(type AS BLOB) WHERE run_id = 'run-1' AND seq = 2",
+        ("type is stored as a blob", [("run-1", 2)]),
+    ),
+    "run_id as a blob": (
+        "UPDATE events SET run_id = CAST(run_id AS BLOB) WHERE run_id = 'run-1';"
+        "UPDATE heads SET run_id = CAST(run_id AS BLOB) WHERE run_id = 'run-1'",
+        ("run_id is stored as a blob", [("b'run-1'", seq) for seq in (1, 2, 3)]),
+    ),
+    "seq as text": (
+        "UPDATE events SET seq = '2x' WHERE run_id = 'run-1' AND seq = 2",
+        ("seq '2x' is stored as text", [("run-1", None)]),
+    ),
+    "seq as a real": (
+        "UPDATE events SET seq = 2.5 WHERE run_id = 'run-1' AND seq = 2",
+        ("seq 2.5 is stored as a real", [("run-1", None)]),
+    ),
+}
+
+
+def tamper(path: Path, script: str) -> None:
+    conn = sqlite3.connect(path)
+    try:
+        conn.executescript(script)
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("change", sorted(_MISSTORED))
+def test_a_field_stored_as_another_type_is_a_bad_payload_and_other_runs_are_still_verified(
+    ledger: SqliteLedger, db_path: Path, change: str
+) -> None:
+    ledger.append("run-1", [request(1), request(2), request(3)])
+    ledger.append("run-2", [request(1)])
+    script, (detail, expected) = _MISSTORED[change]
+    tamper(db_path, script)
+
+    report = ledger.verify()
+    assert report.runs_checked == 2
+    assert report.events_checked == 4
+    assert all(p.run_id != "run-2" for p in report.problems)
+    bad = [p for p in report.problems if p.kind == "bad_payload"]
+    assert [(p.run_id, p.seq) for p in bad if detail in p.detail] == expected
+    assert ledger.verify("run-2").ok
+
+
+@pytest.mark.parametrize("change", sorted(set(_MISSTORED) - {"run_id as a blob"}))
+def test_reading_a_field_stored_as_another_type_raises_ledger_error(
+    ledger: SqliteLedger, db_path: Path, change: str
+) -> None:
+    indexed = NewEvent(EventType.TOOL_CALL_RESULT, {"n": 2}, "c2", index_key=("tool", "k"))
+    ledger.append("run-1", [request(1), indexed, request(3)])
+    tamper(db_path, _MISSTORED[change][0])
+
+    with pytest.raises(LedgerError, match="cannot be decoded"):
+        ledger.events("run-1")
+    if not change.startswith("seq"):  # the index still finds the event
+        with pytest.raises(LedgerError, match="cannot be decoded"):
+            ledger.find_indexed("tool", "k")
+
+
+# --- read-only ------------------------------------------------------------------------
+
+
+def rollback_journal_copy(db_path: Path, copy: Path) -> None:
+    """A copy of the ledger as an archive holds it: one file, in rollback-journal mode."""
+    source, target = sqlite3.connect(db_path), sqlite3.connect(copy)
+    try:
+        source.backup(target)
+        target.execute("PRAGMA journal_mode=DELETE")
+    finally:
+        source.close()
+        target.close()
+
+
+def test_a_read_only_ledger_reads_and_verifies_an_archived_copy_without_changing_it(
+    ledger: SqliteLedger, tmp_path: Path, db_path: Path
+) -> None:
+    stored = ledger.append("run-1", [request(1), request(2)])
+    copy = tmp_path / "archive" / "ledger.db"
+    copy.parent.mkdir()
+    rollback_journal_copy(db_path, copy)
+    before = copy.read_bytes()
+
+    with SqliteLedger(copy, read_only=True) as archived:
+        assert archived.verify().ok
+        assert archived.events("run-1") == stored
+        assert [r.run_id for r in archived.runs()] == ["run-1"]
+        with pytest.raises(LedgerError):
+            archived.append("run-1", [request(3)])
+
+    assert copy.read_bytes() == before
+    assert [p.name for p in copy.parent.iterdir()] == ["ledger.db"]  # no -wal, no -shm
+
+
+def test_a_read_only_ledger_refuses_a_missing_table_instead_of_creating_it(
+    ledger: SqliteLedger, db_path: Path
+) -> None:
+    ledger.append("run-1", [request(1)])
+    ledger.close()
+    tamper(db_path, "DROP TABLE events")
+
+    with pytest.raises(LedgerError, match="events"):
+        SqliteLedger(db_path, read_only=True)
+    conn = sqlite3.connect(db_path)
+    try:
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
+    finally:
+        conn.close()
+    assert "events" not in tables
+
+
+def test_a_read_only_ledger_refuses_a_newer_schema_version(db_path: Path) -> None:
+    SqliteLedger(db_path).close()
+    tamper(db_path, "INSERT INTO schema_version VALUES (99, 'later')")
+
+    with pytest.raises(LedgerError, match="schema version"):
+        SqliteLedger(db_path, read_only=True)
+
+
+def test_a_read_only_ledger_of_a_missing_file_creates_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "none" / "ledger.db"
+    with pytest.raises(LedgerError):
+        SqliteLedger(path, read_only=True)
+    assert not path.parent.exists()

@@ -5,7 +5,8 @@ each event's ``hash`` covers its own fields plus the previous event's hash
 (``prev_hash``; :data:`GENESIS_HASH` for ``seq`` 1). Editing, reordering or deleting a
 stored event therefore breaks the chain, and :meth:`Ledger.verify` says where. A
 per-run *head* (last ``seq`` and hash), written in the same transaction as the events,
-makes a deleted tail detectable too.
+makes a deleted tail detectable too. The idempotency index (:attr:`NewEvent.index_key`)
+is outside the chain; verify checks its entries against the events they point at.
 
 The chain is unkeyed: it detects accidental damage and naive edits, not someone with
 write access who recomputes every hash and the head. Anchoring heads outside the
@@ -159,7 +160,9 @@ def chained_hash(
     return sha256_hex(head.encode() + payload_json + tail.encode())
 
 
-ProblemKind = Literal["hash_mismatch", "broken_link", "gap", "head_mismatch", "bad_payload"]
+ProblemKind = Literal[
+    "hash_mismatch", "broken_link", "gap", "head_mismatch", "bad_payload", "index_mismatch"
+]
 
 
 @dataclass(frozen=True)
@@ -172,8 +175,10 @@ class Problem:
         kind: ``hash_mismatch`` (an event's fields no longer match its hash),
             ``broken_link`` (``prev_hash`` is not the previous event's hash), ``gap``
             (a ``seq`` is missing), ``head_mismatch`` (the run's recorded head is not
-            its last event: a deleted tail or run) or ``bad_payload`` (a stored field
-            cannot be decoded).
+            its last event: a deleted tail or run), ``bad_payload`` (a stored field
+            cannot be decoded, or is stored as another type) or ``index_mismatch`` (an
+            idempotency index entry does not point at the RESULT of its tool and key,
+            or a RESULT stored under a key has no entry).
         detail: A sentence for the operator.
     """
 
@@ -260,7 +265,8 @@ class Ledger(abc.ABC):
 
     @abc.abstractmethod
     def verify(self, run_id: str | None = None) -> VerifyReport:
-        """Check the chain of one run, or of every run; tampering shows as problems.
+        """Check the chain of one run, or of every run, and the idempotency index
+        entries pointing into it; tampering shows as problems.
 
         Raises:
             LedgerError: the storage could not be read at all.

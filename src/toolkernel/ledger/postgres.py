@@ -139,6 +139,7 @@ _SELECT_RUN_EVENTS: Final = (
 )
 _SELECT_HEADS: Final = "SELECT run_id, seq, hash FROM heads"
 _SELECT_RUN_HEAD: Final = "SELECT run_id, seq, hash FROM heads WHERE run_id = %s"
+_SELECT_INDEX: Final = "SELECT tool_name, key, run_id, seq FROM idempotency"
 _SELECT_RUNS: Final = (
     "SELECT run_id, count(*), min(at), max(at) FROM events GROUP BY run_id ORDER BY min(at), run_id"
 )
@@ -294,7 +295,7 @@ class PostgresLedger(Ledger):
         """Check the chain and head of one run, or of every run.
 
         Events are streamed from a server-side cursor, so memory stays flat however
-        large the ledger is.
+        large the ledger is (the heads and the idempotency index are read whole).
 
         Raises:
             LedgerError: the ledger could not be read.
@@ -313,10 +314,11 @@ class PostgresLedger(Ledger):
                 # while other workers append.
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 heads = {r: (s, h) for r, s, h in conn.execute(heads_sql, params)}
+                verifier = Verifier(heads, conn.execute(_SELECT_INDEX), run_id=run_id)
                 with conn.cursor(name="toolkernel_verify") as cursor:
                     cursor.itersize = _VERIFY_BATCH
                     cursor.execute(events_sql, params)
-                    return Verifier(heads).run(cursor)
+                    return verifier.run(cursor)
 
     def close(self) -> None:
         """Close the connection. Closing twice is harmless."""

@@ -1,7 +1,12 @@
 """What both ledger backends share: stored rows, chaining and verification.
 
 A row is ``(run_id, seq, type, at, tool_call_id, payload_json, prev_hash, hash)`` —
-the same columns in SQLite and PostgreSQL, so both chain and verify identically.
+the same columns in SQLite and PostgreSQL, so both chain and verify identically. An
+index entry is ``(tool_name, key, run_id, seq)``: the idempotency index, which lives
+outside the chain and is checked against it.
+
+SQLite stores whatever a column is given (a blob, a real), so every field is checked
+for its type before it is hashed or decoded: an edited row is a problem, never a crash.
 """
 
 from __future__ import annotations
@@ -23,7 +28,15 @@ from toolkernel.ledger.base import (
     chained_hash,
 )
 
-__all__ = ["Head", "Prepared", "Verifier", "chain_rows", "row_event", "stored_events"]
+__all__ = [
+    "Head",
+    "IndexEntry",
+    "Prepared",
+    "Verifier",
+    "chain_rows",
+    "row_event",
+    "stored_events",
+]
 
 Head = tuple[int, str]
 """A run's last (seq, hash)."""
@@ -31,7 +44,21 @@ Head = tuple[int, str]
 Prepared = tuple[EventType, str | None, bytes, tuple[str, str] | None]
 """(type, tool_call_id, canonical payload, index_key) of an event about to be stored."""
 
+IndexEntry = tuple[Any, Any, Any, Any]
+"""(tool_name, key, run_id, seq) of an idempotency index entry, as stored."""
+
 _TYPES: Final = frozenset(t.value for t in EventType)
+_TEXT_COLUMNS: Final = (
+    ("run_id", 0),
+    ("type", 2),
+    ("at", 3),
+    ("payload", 5),
+    ("prev_hash", 6),
+    ("hash", 7),
+)
+# The statuses the kernel stores under an idempotency key (kernel._RECORDABLE).
+_RECORDABLE: Final = frozenset({"SUCCEEDED", "PARTIAL", "FAILED"})
+_COPIED: Final = frozenset({"replayedFrom", "sharedWith"})
 
 
 def chain_rows(run_id: str, at: str, prepared: list[Prepared], head: Head) -> list[tuple[Any, ...]]:
@@ -69,6 +96,9 @@ def row_event(row: tuple[Any, ...]) -> Event:
             not a JSON object (what ``verify`` reports as ``bad_payload``).
     """
     run_id, seq, type_, at, tool_call_id, text, prev_hash, digest = row
+    misstored = _misstored(row)
+    if misstored is not None:
+        raise _undecodable(run_id, seq, misstored)
     try:
         payload = json.loads(text)
         kind = EventType(type_)
@@ -79,44 +109,114 @@ def row_event(row: tuple[Any, ...]) -> Event:
     return Event(run_id, seq, kind, at, tool_call_id, payload, prev_hash, digest)
 
 
-def _undecodable(run_id: str, seq: int, why: str) -> LedgerError:
+def _undecodable(run_id: object, seq: object, why: str) -> LedgerError:
     message = f"event {seq} of run {run_id!r} cannot be decoded ({why}); verify the ledger"
     return LedgerError(message)
 
 
-class Verifier:
-    """Walks events in (run_id, seq) order and collects problems."""
+def _misstored(row: tuple[Any, ...]) -> str | None:
+    """Why a field of the row is not of the type the ledger stores, or ``None``."""
+    if type(row[1]) is not int:
+        return f"an event's seq {row[1]!r} is stored as {_storage(row[1])}, not an integer"
+    for name, position in _TEXT_COLUMNS:
+        if not isinstance(row[position], str):
+            return f"{name} is stored as {_storage(row[position])}, not text"
+    if row[4] is not None and not isinstance(row[4], str):
+        return f"tool_call_id is stored as {_storage(row[4])}, not text"
+    return None
 
-    def __init__(self, heads: dict[str, Head]) -> None:
+
+def _storage(value: object) -> str:
+    kinds = {bytes: "a blob", float: "a real", int: "an integer", str: "text"}
+    return "null" if value is None else kinds.get(type(value), type(value).__name__)
+
+
+def _claimed_key(payload: dict[str, Any]) -> tuple[Any, Any] | None:
+    """``(tool name, key)`` a RESULT payload is stored under in the index, as the kernel
+    stores it: a call with an idempotency key that ended SUCCEEDED, PARTIAL or FAILED.
+
+    Copies of another call's result (``replayedFrom``, ``sharedWith``) and the results
+    the kernel writes for calls it abandoned (``internal.interrupted``) are not stored
+    under the key: the key belongs to the call that ran.
+    """
+    tool, key, result = (
+        payload.get("toolName"),
+        payload.get("idempotencyKey"),
+        payload.get("result"),
+    )
+    if not (isinstance(tool, str) and key and isinstance(key, str) and isinstance(result, dict)):
+        return None
+    if result.get("status") not in _RECORDABLE or _COPIED & payload.keys():
+        return None
+    internal = payload.get("internal")
+    if isinstance(internal, dict) and "interrupted" in internal:
+        return None
+    return (tool, key)
+
+
+class Verifier:
+    """Walks events in (run_id, seq) order and collects problems.
+
+    Args:
+        heads: the recorded head of every run verified, by run id.
+        index: every entry of the idempotency index.
+        run_id: the one run verified (``None``: every run); only entries pointing into
+            it are checked, but a RESULT may find its entry anywhere.
+    """
+
+    def __init__(
+        self,
+        heads: dict[Any, Head],
+        index: Iterable[IndexEntry] = (),
+        *,
+        run_id: str | None = None,
+    ) -> None:
         self.heads = heads
         self.problems: list[Problem] = []
         self.runs = 0
         self.events = 0
         self._open_calls: dict[tuple[str, str], None] = {}  # REQUEST seen, no RESULT yet
+        self._keys: set[tuple[Any, Any]] = set()
+        # The entries to check, by the (run_id, seq) of the event they point at.
+        self._entries: dict[tuple[Any, Any], list[tuple[Any, Any]]] = {}
+        for tool, key, entry_run, seq in index:
+            self._keys.add((tool, key))
+            if run_id is None or entry_run == run_id:
+                self._entries.setdefault((entry_run, seq), []).append((tool, key))
 
     def run(self, rows: Iterable[tuple[Any, ...]]) -> VerifyReport:
-        current: str | None = None
+        current: object = _NO_RUN
         expected, prev, last = 1, GENESIS_HASH, (0, GENESIS_HASH)
         for row in rows:
-            run_id, seq, _, _, _, _, prev_hash, stored = row
+            run_id, seq, type_, _, _, _, prev_hash, stored = row
             if run_id != current:
-                if current is not None:
+                if current is not _NO_RUN:
                     self._check_head(current, last)
-                current, expected, prev = run_id, 1, GENESIS_HASH
+                current, expected, prev, last = run_id, 1, GENESIS_HASH, (0, GENESIS_HASH)
                 self.runs += 1
             self.events += 1
+            misstored = _misstored(row)
+            if misstored is not None:
+                self._add(run_id, seq, "bad_payload", misstored)
+                if type(seq) is not int:
+                    continue  # no place in the chain: the seq it had shows as a gap
             if seq != expected:
                 self._add(run_id, seq, "gap", f"expected seq {expected}, found seq {seq}")
             elif prev_hash != prev:
                 self._add(run_id, seq, "broken_link", "prev_hash is not the previous hash")
-            self._check_event(row)
-            self._track_call(row)
+            payload = None if misstored else self._check_event(row)
+            self._check_index(run_id, seq, type_, payload)
+            if misstored is None:
+                self._track_call(row)
             expected, prev, last = seq + 1, stored, (seq, stored)
-        if current is not None:
+        if current is not _NO_RUN:
             self._check_head(current, last)
-        for run_id, (seq, _) in sorted(self.heads.items()):
+        for run_id, (seq, _) in sorted(self.heads.items(), key=_by_name):
             self.runs += 1
             self._add(run_id, None, "head_mismatch", f"head records seq {seq}, no events")
+        for (run_id, seq), keys in sorted(self._entries.items(), key=_by_name):
+            for tool, key in keys:
+                self._add(run_id, seq, "index_mismatch", f"{_entry(tool, key)} points at no event")
         return VerifyReport(self.runs, self.events, self.problems, list(self._open_calls))
 
     def _track_call(self, row: tuple[Any, ...]) -> None:
@@ -128,7 +228,8 @@ class Verifier:
         elif type_ == EventType.TOOL_CALL_RESULT:
             self._open_calls.pop((run_id, tool_call_id), None)
 
-    def _check_event(self, row: tuple[Any, ...]) -> None:
+    def _check_event(self, row: tuple[Any, ...]) -> dict[str, Any] | None:
+        """Check one well-typed row; its payload, if it is a JSON object."""
         run_id, seq, type_, at, tool_call_id, text, prev_hash, stored = row
         if type_ not in _TYPES:
             self._add(run_id, seq, "bad_payload", f"unknown event type {type_!r}")
@@ -137,14 +238,31 @@ class Verifier:
             canonical = canonical_json(payload)
         except (TypeError, ValueError, RecursionError) as exc:
             self._add(run_id, seq, "bad_payload", f"payload is not JSON: {exc}")
-            return
+            return None
         if not isinstance(payload, dict) or canonical.decode() != text:
             self._add(run_id, seq, "bad_payload", "payload is not a canonical JSON object")
         computed = chained_hash(run_id, seq, type_, at, tool_call_id, canonical, prev_hash)
         if computed != stored:
             self._add(run_id, seq, "hash_mismatch", "stored fields do not match the hash")
+        return payload if isinstance(payload, dict) else None
 
-    def _check_head(self, run_id: str, last: Head) -> None:
+    def _check_index(
+        self, run_id: Any, seq: int, type_: Any, payload: dict[str, Any] | None
+    ) -> None:
+        """The entries pointing at this event must name it, a RESULT of that tool and key;
+        a RESULT stored under a key must have its entry, or the key's call runs again."""
+        result = payload if type_ == EventType.TOOL_CALL_RESULT else None
+        named = None if result is None else (result.get("toolName"), result.get("idempotencyKey"))
+        for tool, key in self._entries.pop((run_id, seq), ()):
+            if named != (tool, key):
+                what = f"a {type_} event" if named is None else "a RESULT of another call"
+                self._add(run_id, seq, "index_mismatch", f"{_entry(tool, key)} points at {what}")
+        claimed = None if result is None else _claimed_key(result)
+        if claimed is not None and claimed not in self._keys:
+            detail = f"{_entry(*claimed)} is missing: a new call with that key would run again"
+            self._add(run_id, seq, "index_mismatch", detail)
+
+    def _check_head(self, run_id: Any, last: Head) -> None:
         head = self.heads.pop(run_id, None)
         if head is None:
             self._add(run_id, None, "head_mismatch", "no head recorded for the run")
@@ -157,5 +275,19 @@ class Verifier:
                 + ("" if head[0] != last[0] else " with another hash"),
             )
 
-    def _add(self, run_id: str, seq: int | None, kind: ProblemKind, detail: str) -> None:
-        self.problems.append(Problem(run_id, seq, kind, detail))
+    def _add(self, run_id: object, seq: object, kind: ProblemKind, detail: str) -> None:
+        # A run id or seq stored as another type is named as it is stored.
+        name = run_id if isinstance(run_id, str) else repr(run_id)
+        self.problems.append(Problem(name, seq if type(seq) is int else None, kind, detail))
+
+
+_NO_RUN: Final = object()
+
+
+def _by_name(item: tuple[Any, Any]) -> str:
+    """Sort key for run ids or (run_id, seq) of any stored type (they do not compare)."""
+    return str(item[0])
+
+
+def _entry(tool: object, key: object) -> str:
+    return f"the index entry for tool {tool!r} key {key!r}"

@@ -10,6 +10,9 @@ takes SQLite's write lock up front (``BEGIN IMMEDIATE``), so the run's head it c
 onto cannot move while it writes. The head is cached per run to spare a read on every
 append; the cached head is only trusted if the conditional head update matches it,
 otherwise it is reloaded within the same transaction.
+
+Opened ``read_only``, the file is only read: nothing is created, migrated or switched
+to WAL, so an auditor may verify a ledger they cannot write, or an archived copy.
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ __all__ = ["SqliteLedger"]
 SCHEMA_VERSION: Final = 1
 # Waiting this long for another process's write lock is abnormal; past it, fail loudly.
 _BUSY_TIMEOUT_S: Final = 10.0
+
+_TABLES: Final = ("schema_version", "events", "heads", "idempotency")
+# Opening a WAL-mode file read-only fails with these when SQLite cannot create its -shm.
+_NO_WAL_INDEX: Final = frozenset({"SQLITE_CANTOPEN", "SQLITE_READONLY_DIRECTORY"})
 
 _SCHEMA: Final = (
     """CREATE TABLE IF NOT EXISTS schema_version (
@@ -110,6 +117,7 @@ _ADVANCE_HEAD: Final = (
     "UPDATE heads SET seq = ?, hash = ? WHERE run_id = ? AND seq = ? AND hash = ?"
 )
 _SELECT_HEAD: Final = "SELECT seq, hash FROM heads WHERE run_id = ?"
+_SELECT_INDEX: Final = "SELECT tool_name, key, run_id, seq FROM idempotency"
 _SELECT_INDEXED: Final = (
     "SELECT e.run_id, e.seq, e.type, e.at, e.tool_call_id, e.payload, e.prev_hash, e.hash "
     "FROM idempotency AS i JOIN events AS e ON e.run_id = i.run_id AND e.seq = i.seq "
@@ -131,20 +139,30 @@ class SqliteLedger(Ledger):
         path: The database file.
         synchronous: ``"normal"`` survives an application crash; ``"full"`` also
             survives power loss, at the cost of an fsync per append.
+        read_only: only read the file, which must hold a ledger: nothing is created or
+            changed, and appends raise :class:`LedgerError`.
 
     Raises:
-        LedgerError: the file could not be created or opened, or was written by a newer
-            schema version.
+        LedgerError: the file could not be created or opened, was written by a newer
+            schema version, or (``read_only``) lacks the ledger's tables.
     """
 
-    def __init__(self, path: Path, *, synchronous: Literal["normal", "full"] = "normal") -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        synchronous: Literal["normal", "full"] = "normal",
+        read_only: bool = False,
+    ) -> None:
         if synchronous not in ("normal", "full"):
             raise ValueError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
         self._path = Path(path)
         self._lock = threading.Lock()
         self._heads: dict[str, Head] = {}
         with self._translate("open"):
-            self._conn: sqlite3.Connection | None = _open(self._path, synchronous)
+            self._conn: sqlite3.Connection | None = (
+                _open_read_only(self._path) if read_only else _open(self._path, synchronous)
+            )
             # One cursor for every append (under the lock), not a new one per statement.
             self._cursor = self._conn.cursor()
 
@@ -314,8 +332,8 @@ class SqliteLedger(Ledger):
             conn.execute("BEGIN")
             try:
                 heads = {r: (s, h) for r, s, h in conn.execute(heads_sql, params)}
-                rows = conn.execute(events_sql, params)
-                return Verifier(heads).run(rows)
+                verifier = Verifier(heads, conn.execute(_SELECT_INDEX), run_id=run_id)
+                return verifier.run(conn.execute(events_sql, params))
             finally:
                 _rollback(conn)
 
@@ -359,6 +377,67 @@ def _open(path: Path, synchronous: str) -> sqlite3.Connection:
     return conn
 
 
+def _open_read_only(path: Path) -> sqlite3.Connection:
+    """A connection that only reads ``path``: nothing created, migrated or switched."""
+    uri = path.absolute().as_uri()
+    try:
+        return _connect_read_only(f"{uri}?mode=ro", path)
+    except sqlite3.OperationalError as exc:
+        if not _unreadable_without_shm(exc, path):
+            raise
+    # A WAL-mode file needs a -shm file beside it even to be read, and there is none and
+    # we may not create one. That falls back to immutable=1 only when we cannot write
+    # the file at all and no -wal holds commits, so the file alone is the whole ledger.
+    # immutable=1 reads without the -shm and without locks: a writer that starts
+    # meanwhile (one who may write the directory) could change pages under the read.
+    return _connect_read_only(f"{uri}?immutable=1", path)
+
+
+def _unreadable_without_shm(exc: sqlite3.OperationalError, path: Path) -> bool:
+    """Whether ``exc`` is SQLite unable to create the -shm file of ``path``, a file we
+    cannot write, whose -wal holds no commits.
+
+    Raises:
+        LedgerError: the -wal holds commits, which cannot be read without a -shm file.
+    """
+    if exc.sqlite_errorname not in _NO_WAL_INDEX or not path.is_file():
+        return False
+    wal = path.with_name(f"{path.name}-wal")
+    if wal.is_file() and wal.stat().st_size > 0:
+        raise LedgerError(
+            f"cannot read the ledger at {path} without writing: {wal.name} holds commits, "
+            f"and reading them needs a {path.name}-shm file, which cannot be created in "
+            f"{path.parent}"
+        ) from exc
+    return not os.access(path, os.W_OK)
+
+
+def _connect_read_only(uri: str, path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(
+        uri, uri=True, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+    )
+    try:
+        _check_tables(conn, path)
+        _check_version(conn.execute("SELECT max(version) FROM schema_version").fetchone()[0])
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _check_tables(conn: sqlite3.Connection, path: Path) -> None:
+    """Refuse a file without the ledger's tables (reading must not create them)."""
+    tables = {
+        name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+    }
+    missing = [table for table in _TABLES if table not in tables]
+    if missing:
+        raise LedgerError(
+            f"the ledger at {path} has no {', '.join(missing)} table: it is damaged, "
+            "or not a toolkernel ledger"
+        )
+
+
 def _configure(conn: sqlite3.Connection, path: Path, synchronous: str) -> None:
     mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
     if mode != "wal":
@@ -397,9 +476,16 @@ def _stamp_version(conn: sqlite3.Connection) -> None:
             "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
             (SCHEMA_VERSION, timestamp()),
         )
-    elif version > SCHEMA_VERSION:
+    else:
+        _check_version(version)
+
+
+def _check_version(version: object) -> None:
+    """Refuse a ledger written by a newer schema version (or an unreadable one)."""
+    if version is not None and not (type(version) is int and version <= SCHEMA_VERSION):
         raise LedgerError(
-            f"the ledger has schema version {version}; this toolkernel knows up to {SCHEMA_VERSION}"
+            f"the ledger has schema version {version!r}; this toolkernel knows up to "
+            f"{SCHEMA_VERSION}"
         )
 
 
