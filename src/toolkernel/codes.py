@@ -72,6 +72,7 @@ class ErrorCode(StrEnum):
     APPROVAL_REJECTED = "APPROVAL_REJECTED"
     BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
     RATE_LIMITED = "RATE_LIMITED"
+    IDEMPOTENCY_IN_PROGRESS = "IDEMPOTENCY_IN_PROGRESS"
     POLICY_ERROR = "POLICY_ERROR"
     SANDBOX_UNAVAILABLE = "SANDBOX_UNAVAILABLE"
 
@@ -289,6 +290,12 @@ CATALOG: Final[dict[ErrorCode, CodeInfo]] = {
         True,
         "{tool} was called too often (limit {limit} calls per {window} s). "
         "Wait before calling it again.",
+    ),
+    ErrorCode.IDEMPOTENCY_IN_PROGRESS: CodeInfo(
+        _D,
+        True,
+        "A call to {tool} with the same idempotency key is still running elsewhere. "
+        "Repeat this call later: once that call is done, its result is returned.",
     ),
     ErrorCode.POLICY_ERROR: CodeInfo(
         _D,

@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import os
 import re
 import threading
 import time
@@ -58,7 +59,7 @@ from toolkernel.config import CONFIG_FILENAME, Config, load_config
 from toolkernel.context import RunContext, ToolContext
 from toolkernel.definition import ConcurrencyGroup, ExecutionMode, ToolDefinition
 from toolkernel.dispatch import Adapter, Invocation, NativeAdapter, Outcome, dispatch
-from toolkernel.errors import ConfigError, DefinitionError, UsageError
+from toolkernel.errors import ConfigError, DefinitionError, LedgerError, UsageError
 from toolkernel.exposure import select_exposed
 from toolkernel.functions import FunctionTool
 from toolkernel.ledger import (
@@ -100,6 +101,9 @@ _SANDBOXED = frozenset(
 )
 _RECORDABLE = frozenset({Status.SUCCEEDED, Status.PARTIAL, Status.FAILED})
 _log = logging.getLogger(__name__)
+# A key's claim in the ledger lasts the call's longest possible run plus this: a
+# process that dies holding one blocks the key for no longer.
+_CLAIM_MARGIN_S: Final = 60.0
 
 
 @dataclass(slots=True)
@@ -115,6 +119,7 @@ class _Inflight:
     settled: threading.Event = field(default_factory=threading.Event)
     thread: int = field(default_factory=threading.get_ident)
     result: ToolCallResult | None = None
+    owner: str | None = None  # the key's claim in the ledger, while the call runs
 
     async def wait(self) -> None:
         if threading.get_ident() == self.thread:
@@ -226,9 +231,18 @@ class _Journal:
 
     def release_keys(self) -> None:
         """Free the idempotency keys this batch claimed, once their results are stored
-        (until then a duplicate finds the entry, not a missing index)."""
+        (until then a duplicate finds the entry, not a missing index). The claims in
+        the ledger, which other processes see, are let go only if everything was
+        stored: otherwise they run out with their lease."""
         for request, entry in self.held:
             _release(self._inflight, request, entry)
+            if entry.owner is not None and not self._events:
+                try:
+                    self._ledger.release_key(
+                        request.tool_name, str(request.idempotency_key), entry.owner
+                    )
+                except LedgerError as exc:
+                    _log.warning("an idempotency key stays claimed until its lease ends: %s", exc)
 
     def flush(self, *, durable: bool = False) -> None:
         """Hand the events to the ledger; with ``durable``, wait until they are stored."""
@@ -684,6 +698,10 @@ class Kernel:
             result = ToolCallResult.from_code(call_id, code, message=decision.safe_message)
             return self._refuse(journal, request, events, result, inflight)
 
+        if inflight is not None:  # other processes sharing the ledger: one runs the key
+            claimed = self._claim(journal, request, tool.definition, events, inflight)
+            if claimed is not None:
+                return claimed
         run.meter.charge(name, decision.cost, rate_keys(self.config.policy, name))
         started_at = timestamp()
         events.append(
@@ -1057,7 +1075,53 @@ class Kernel:
         recorded = self.ledger.find_indexed(name, key)
         if recorded is None:
             return entry
+        return self._recorded(journal, request, events, entry, recorded)
+
+    def _claim(
+        self,
+        journal: _Journal,
+        request: ToolCallRequest,
+        definition: ToolDefinition,
+        events: list[NewEvent],
+        entry: _Inflight,
+    ) -> ToolCallResult | None:
+        """Claim the call's key in the ledger for as long as the call may run, so that
+        another process sharing the ledger does not run it too; None when claimed.
+
+        A call of another process that holds the key makes this one
+        DENIED/IDEMPOTENCY_IN_PROGRESS (retryable: repeated later, it gets that
+        call's result). A holder stores its result before letting go, so a key
+        claimed just now may already have one: that result is returned.
+        """
+        name, key = request.tool_name, str(request.idempotency_key)
+        retry = definition.retry
+        lease_s = _CLAIM_MARGIN_S + retry.attempts * definition.timeout_ms / 1000
+        lease_s += sum(retry.delay_s(attempt) for attempt in range(1, retry.attempts))
+        owner = f"{os.getpid()}:{request.run_id}:{request.tool_call_id}"
+        if not self.ledger.claim_key(name, key, owner, lease_s):
+            busy = ToolCallResult.from_code(
+                request.tool_call_id, ErrorCode.IDEMPOTENCY_IN_PROGRESS, tool=name
+            )
+            return self._refuse(journal, request, events, busy, entry)
+        entry.owner = owner
+        recorded = self.ledger.find_indexed(name, key)
+        if recorded is None:
+            return None
+        return self._recorded(journal, request, events, entry, recorded)
+
+    def _recorded(
+        self,
+        journal: _Journal,
+        request: ToolCallRequest,
+        events: list[NewEvent],
+        entry: _Inflight,
+        recorded: Event,
+    ) -> ToolCallResult:
+        """The result stored under the call's key, given as this call's (REQUEST and
+        RESULT, ``replayedFrom`` naming the original)."""
+        name, call_id = request.tool_name, request.tool_call_id
         if recorded.payload.get("argumentsHash") != request.arguments_hash:
+            conflict = ToolCallResult.from_code(call_id, ErrorCode.IDEMPOTENCY_CONFLICT, tool=name)
             return self._refuse(journal, request, events, conflict, entry)
         stored = _recorded_result(recorded)
         if stored is None:

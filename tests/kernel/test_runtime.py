@@ -317,6 +317,52 @@ async def test_an_index_entry_that_is_not_a_result_fails_the_call_without_runnin
     assert types == [EventType.TOOL_CALL_REQUEST, EventType.TOOL_CALL_RESULT]
 
 
+async def test_a_key_running_in_another_process_is_refused_then_its_result_shared(workspace):
+    # Two kernels on one ledger file stand for two processes: neither knows the other's
+    # running calls, only the ledger's claim tells them apart.
+    from toolkernel.testing import make_kernel
+
+    started, finish = anyio.Event(), anyio.Event()
+    ran: list[str] = []
+
+    @tool("job.deploy", mutating=True)
+    async def deploy() -> str:
+        """Deploy, slowly."""
+        ran.append("deploy")
+        started.set()
+        await finish.wait()
+        return "deployed"
+
+    first, second = make_kernel(workspace, WRITER), make_kernel(workspace, WRITER)
+    try:
+        for kernel in (first, second):
+            kernel.register(deploy)
+        run_a, run_b = first.start_run(), second.start_run()
+        results: list[ToolCallResult] = []
+
+        async def original() -> None:
+            results.append(await first.call(run_a, "job.deploy", {}, idempotency_key="d1"))
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as group:
+                group.start_soon(original)
+                await started.wait()
+                busy = await second.call(run_b, "job.deploy", {}, idempotency_key="d1")
+                finish.set()
+            later = await second.call(run_b, "job.deploy", {}, idempotency_key="d1")
+        assert (busy.status, busy.error_code, busy.retryable) == (
+            Status.DENIED,
+            ErrorCode.IDEMPOTENCY_IN_PROGRESS,
+            True,
+        )
+        assert [r.structured_output for r in (*results, later)] == ["deployed", "deployed"]
+        assert ran == ["deploy"]
+        assert first.ledger.verify().ok
+    finally:
+        first.close()
+        second.close()
+
+
 async def test_reused_key_with_other_arguments_is_a_conflict(kernel_factory, calls):
     kernel = kernel_factory(WRITER)
     run = kernel.start_run()

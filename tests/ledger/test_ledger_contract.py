@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -776,3 +777,28 @@ def test_verify_lists_calls_that_have_a_request_and_no_result(ledger):
     report = ledger.verify()
     assert report.ok
     assert report.unfinished == [("run_a", "call_cut")]
+
+
+# --- idempotency claims across processes ------------------------------------------------
+
+
+def test_a_claimed_key_is_refused_to_other_owners_until_released(backend: Backend) -> None:
+    # Two connections, as two processes sharing the ledger have.
+    with backend.open() as first, backend.open() as second:
+        assert first.claim_key("t", "k", "p1", 60) is True
+        assert second.claim_key("t", "k", "p2", 60) is False
+        assert second.claim_key("t", "other", "p2", 60) is True  # keys are independent
+        assert second.claim_key("u", "k", "p2", 60) is True  # per tool
+        second.release_key("t", "k", "p2")  # not p2's claim: nothing happens
+        assert second.claim_key("t", "k", "p2", 60) is False
+        first.release_key("t", "k", "p1")
+        assert second.claim_key("t", "k", "p2", 60) is True
+
+
+def test_a_claim_whose_lease_ran_out_goes_to_the_next_owner(backend: Backend) -> None:
+    # The holder's process died: its claim lapses instead of blocking the key forever.
+    with backend.open() as first, backend.open() as second:
+        assert first.claim_key("t", "k", "p1", 0.05) is True
+        time.sleep(0.3)
+        assert second.claim_key("t", "k", "p2", 60) is True
+        assert first.claim_key("t", "k", "p1", 60) is False

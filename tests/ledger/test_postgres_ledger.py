@@ -245,7 +245,13 @@ def test_the_tables_live_in_the_named_schema_with_its_version(dsn: str, schema: 
         ).fetchall()
         versions = conn.execute(f'SELECT version FROM "{schema}".schema_version'.encode())
 
-        assert sorted(t for (t,) in tables) == ["events", "heads", "idempotency", "schema_version"]
+        assert sorted(t for (t,) in tables) == [
+            "events",
+            "heads",
+            "idempotency",
+            "idempotency_claims",
+            "schema_version",
+        ]
         assert versions.fetchall() == [(1,)]
 
 

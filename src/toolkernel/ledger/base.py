@@ -296,6 +296,29 @@ class Ledger(abc.ABC):
         self.append_batch(batches)
         self.sync()
 
+    def claim_key(self, tool_name: str, key: str, owner: str, lease_s: float) -> bool:
+        """Claim an idempotency key for one call, for every process that shares this
+        ledger: True when ``owner`` may run the call (nobody holds the key, or the
+        holder's lease of ``lease_s`` seconds ran out: its process died), False when
+        another call holds it now.
+
+        The kernel claims a key after finding no result under it, looks again once it
+        holds the claim (a holder stores its result before letting go), and releases
+        it once the result is stored. The default, for a ledger only one process uses,
+        grants every claim: the kernel's own lock already keeps duplicates apart there.
+
+        Raises:
+            LedgerError: the claim could not be recorded.
+        """
+        return True
+
+    def release_key(self, tool_name: str, key: str, owner: str) -> None:  # noqa: B027
+        """Let go of a claim ``owner`` holds (nothing happens if it does not).
+
+        Raises:
+            LedgerError: the claim could not be removed.
+        """
+
     def sync(self) -> None:  # noqa: B027 - a no-op for ledgers that store on append
         """Return once everything appended so far is stored.
 

@@ -101,6 +101,25 @@ class GroupCommitLedger(Ledger):
             self._store_pending()
         self._raise_error()
 
+    def claim_key(self, tool_name: str, key: str, owner: str, lease_s: float) -> bool:
+        """The inner ledger's claim, at once (claims are not queued).
+
+        Raises:
+            LedgerError: the claim could not be recorded, or an earlier batch could
+                not be stored.
+        """
+        self._raise_error()
+        return self._inner.claim_key(tool_name, key, owner, lease_s)
+
+    def release_key(self, tool_name: str, key: str, owner: str) -> None:
+        """Store what is queued (the key's result among it), then let go of the claim.
+
+        Raises:
+            LedgerError: the queued events or the release could not be stored.
+        """
+        self.sync()
+        self._inner.release_key(tool_name, key, owner)
+
     def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
         self.sync()
         return self._inner.events(run_id, after_seq=after_seq)

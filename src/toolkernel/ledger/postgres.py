@@ -88,6 +88,15 @@ _SCHEMA: Final = (
         seq bigint NOT NULL,
         PRIMARY KEY (tool_name, key)
     )""",
+    # Keys whose call is running now, in some worker (claim_key); leases run on the
+    # server's clock, so workers on several machines agree.
+    """CREATE TABLE IF NOT EXISTS idempotency_claims (
+        tool_name text COLLATE "C" NOT NULL,
+        key text COLLATE "C" NOT NULL,
+        owner text NOT NULL,
+        expires timestamptz NOT NULL,
+        PRIMARY KEY (tool_name, key)
+    )""",
 )
 
 # The events and index entries are stored only if the head CTE ``h`` moved the head.
@@ -148,6 +157,14 @@ _SELECT_INDEXED: Final = (
     "FROM idempotency AS i JOIN events AS e ON e.run_id = i.run_id AND e.seq = i.seq "
     "WHERE i.tool_name = %s AND i.key = %s"
 )
+
+_CLAIM: Final = (
+    "INSERT INTO idempotency_claims AS c (tool_name, key, owner, expires) "
+    "VALUES (%s, %s, %s, clock_timestamp() + make_interval(secs => %s)) "
+    "ON CONFLICT (tool_name, key) DO UPDATE SET owner = excluded.owner, "
+    "expires = excluded.expires WHERE c.expires < clock_timestamp()"
+)
+_RELEASE: Final = "DELETE FROM idempotency_claims WHERE tool_name = %s AND key = %s AND owner = %s"
 
 _Conn = psycopg.Connection[tuple[Any, ...]]
 # (type, tool_call_id, canonical payload, index_key) of an event about to be stored.
@@ -290,6 +307,29 @@ class PostgresLedger(Ledger):
         with self._lock, self._translate("read"):
             row = self._live().execute(_SELECT_INDEXED, (tool_name, key)).fetchone()
             return None if row is None else row_event(row)
+
+    def claim_key(self, tool_name: str, key: str, owner: str, lease_s: float) -> bool:
+        """See :meth:`Ledger.claim_key`; the lease runs on the server's clock.
+
+        Raises:
+            LedgerError: the claim could not be recorded.
+        """
+        if "\0" in tool_name or "\0" in key:
+            return True  # never indexed either (PostgreSQL text cannot hold NUL)
+        with self._lock, self._translate("claim a key in"):
+            taken = self._live().execute(_CLAIM, (tool_name, key, owner, lease_s))
+            return taken.rowcount == 1
+
+    def release_key(self, tool_name: str, key: str, owner: str) -> None:
+        """See :meth:`Ledger.release_key`.
+
+        Raises:
+            LedgerError: the claim could not be removed.
+        """
+        if "\0" in tool_name or "\0" in key:
+            return
+        with self._lock, self._translate("release a key in"):
+            self._live().execute(_RELEASE, (tool_name, key, owner))
 
     def verify(self, run_id: str | None = None) -> VerifyReport:
         """Check the chain and head of one run, or of every run.

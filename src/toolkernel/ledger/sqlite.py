@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -86,6 +87,15 @@ _SCHEMA: Final = (
         seq INTEGER NOT NULL,
         PRIMARY KEY (tool_name, key)
     ) WITHOUT ROWID""",
+    # Keys whose call is running now, in some process (claim_key). Not part of the
+    # record: readers need not find it, and an older file gets it on its next write.
+    """CREATE TABLE IF NOT EXISTS idempotency_claims (
+        tool_name TEXT NOT NULL,
+        key TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        expires REAL NOT NULL,
+        PRIMARY KEY (tool_name, key)
+    ) WITHOUT ROWID""",
 )
 
 # Every statement is a constant, so sqlite3's statement cache prepares each only once.
@@ -127,6 +137,15 @@ _INSERT_INDEX: Final = (
     "INSERT INTO idempotency (tool_name, key, run_id, seq) VALUES (?, ?, ?, ?) "
     "ON CONFLICT DO NOTHING"
 )
+
+
+# Taken when nobody holds the key or the holder's lease ran out; otherwise nothing.
+_CLAIM: Final = (
+    "INSERT INTO idempotency_claims (tool_name, key, owner, expires) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (tool_name, key) DO UPDATE SET owner = excluded.owner, "
+    "expires = excluded.expires WHERE idempotency_claims.expires < ?"
+)
+_RELEASE: Final = "DELETE FROM idempotency_claims WHERE tool_name = ? AND key = ? AND owner = ?"
 
 
 class SqliteLedger(Ledger):
@@ -313,6 +332,26 @@ class SqliteLedger(Ledger):
         with self._lock, self._translate("read"):
             row = self._live().execute(_SELECT_INDEXED, (tool_name, key)).fetchone()
             return None if row is None else row_event(row)
+
+    def claim_key(self, tool_name: str, key: str, owner: str, lease_s: float) -> bool:
+        """See :meth:`Ledger.claim_key`; the lease runs on this machine's clock.
+
+        Raises:
+            LedgerError: the claim could not be recorded.
+        """
+        now = time.time()
+        with self._lock, self._translate("claim a key in"):
+            taken = self._live().execute(_CLAIM, (tool_name, key, owner, now + lease_s, now))
+            return taken.rowcount == 1
+
+    def release_key(self, tool_name: str, key: str, owner: str) -> None:
+        """See :meth:`Ledger.release_key`.
+
+        Raises:
+            LedgerError: the claim could not be removed.
+        """
+        with self._lock, self._translate("release a key in"):
+            self._live().execute(_RELEASE, (tool_name, key, owner))
 
     def verify(self, run_id: str | None = None) -> VerifyReport:
         """Check the chain and head of one run, or of every run.
