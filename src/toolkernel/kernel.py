@@ -26,7 +26,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
-import os
 import re
 import threading
 import time
@@ -54,6 +53,7 @@ from toolkernel.calls import (
     new_id,
     timestamp,
 )
+from toolkernel.claims import KeyClaims
 from toolkernel.codes import ErrorCode, Status, safe_field, safe_message
 from toolkernel.config import CONFIG_FILENAME, Config, load_config
 from toolkernel.context import RunContext, ToolContext
@@ -101,9 +101,6 @@ _SANDBOXED = frozenset(
 )
 _RECORDABLE = frozenset({Status.SUCCEEDED, Status.PARTIAL, Status.FAILED})
 _log = logging.getLogger(__name__)
-# A key's claim in the ledger lasts the call's longest possible run plus this: a
-# process that dies holding one blocks the key for no longer.
-_CLAIM_MARGIN_S: Final = 60.0
 
 
 @dataclass(slots=True)
@@ -176,9 +173,14 @@ class _Journal:
     human is asked, a call that can change things starts), and at the end."""
 
     def __init__(
-        self, ledger: Ledger, run_id: str, inflight: dict[tuple[str, str], _Inflight]
+        self,
+        ledger: Ledger,
+        run_id: str,
+        inflight: dict[tuple[str, str], _Inflight],
+        claims: KeyClaims,
     ) -> None:
         self._ledger = ledger
+        self._claims = claims
         self._run_id = run_id
         self._events: list[NewEvent] = []
         self.call_ids: list[str] = []  # the calls of this batch, for cleanup
@@ -238,7 +240,7 @@ class _Journal:
             _release(self._inflight, request, entry)
             if entry.owner is not None and not self._events:
                 try:
-                    self._ledger.release_key(
+                    self._claims.release(
                         request.tool_name, str(request.idempotency_key), entry.owner
                     )
                 except LedgerError as exc:
@@ -308,6 +310,7 @@ class Kernel:
         self.processors = tuple(processors)
         self._inflight: dict[tuple[str, str], _Inflight] = {}
         self._inflight_lock = threading.Lock()  # runs on other threads' loops share it
+        self._claims = KeyClaims(self.ledger)  # the same keys, across processes
         self._generation = 0
         self._tool_listeners: list[Callable[[], None]] = []
         self._provider_names: dict[str, str] = {}  # provider spelling -> tool name
@@ -536,6 +539,7 @@ class Kernel:
         return anyio.run(lambda: self.call(run, tool_name, arguments, **fields))
 
     def close(self) -> None:
+        self._claims.close()
         self.ledger.close()
 
     def __enter__(self) -> Self:
@@ -559,7 +563,7 @@ class Kernel:
         repeats: Collection[int] = (),
     ) -> list[ToolCallResult]:
         running = _RUNNING.get()
-        while running is not None and running.run is not None:  # up the chain of calls
+        while running is not None:  # up the chain of calls (run None: that one ended)
             if running.run is run:
                 raise UsageError(
                     "a tool called the kernel on a run it is running in, which would wait "
@@ -586,7 +590,7 @@ class Kernel:
             for call_id in named:  # never admitted: nothing of them is kept
                 run.finished(call_id)
             raise
-        journal = _Journal(self.ledger, run.id, self._inflight)
+        journal = _Journal(self.ledger, run.id, self._inflight, self._claims)
         try:
             admissions = [
                 self._refuse_repeated_id(run, call, journal)
@@ -699,7 +703,7 @@ class Kernel:
             return self._refuse(journal, request, events, result, inflight)
 
         if inflight is not None:  # other processes sharing the ledger: one runs the key
-            claimed = self._claim(journal, request, tool.definition, events, inflight)
+            claimed = self._claim(journal, request, events, inflight)
             if claimed is not None:
                 return claimed
         run.meter.charge(name, decision.cost, rate_keys(self.config.policy, name))
@@ -1081,12 +1085,12 @@ class Kernel:
         self,
         journal: _Journal,
         request: ToolCallRequest,
-        definition: ToolDefinition,
         events: list[NewEvent],
         entry: _Inflight,
     ) -> ToolCallResult | None:
-        """Claim the call's key in the ledger for as long as the call may run, so that
-        another process sharing the ledger does not run it too; None when claimed.
+        """Claim the call's key in the ledger until its result is stored (the lease is
+        renewed meanwhile, see ``toolkernel.claims``), so that another process sharing
+        the ledger does not run it too; None when claimed.
 
         A call of another process that holds the key makes this one
         DENIED/IDEMPOTENCY_IN_PROGRESS (retryable: repeated later, it gets that
@@ -1094,11 +1098,8 @@ class Kernel:
         claimed just now may already have one: that result is returned.
         """
         name, key = request.tool_name, str(request.idempotency_key)
-        retry = definition.retry
-        lease_s = _CLAIM_MARGIN_S + retry.attempts * definition.timeout_ms / 1000
-        lease_s += sum(retry.delay_s(attempt) for attempt in range(1, retry.attempts))
-        owner = f"{os.getpid()}:{request.run_id}:{request.tool_call_id}"
-        if not self.ledger.claim_key(name, key, owner, lease_s):
+        owner = self._claims.claim(name, key, request.run_id, request.tool_call_id)
+        if owner is None:
             busy = ToolCallResult.from_code(
                 request.tool_call_id, ErrorCode.IDEMPOTENCY_IN_PROGRESS, tool=name
             )

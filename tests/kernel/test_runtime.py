@@ -363,6 +363,48 @@ async def test_a_key_running_in_another_process_is_refused_then_its_result_share
         second.close()
 
 
+async def test_a_claim_is_renewed_while_its_call_runs_longer_than_the_lease(workspace, monkeypatch):
+    # A slow call (or a slow batch, or a human approving) outlives the lease: the
+    # kernel renews it, so another process still finds the key taken.
+    from toolkernel import claims
+    from toolkernel.testing import make_kernel
+
+    monkeypatch.setattr(claims, "LEASE_S", 0.3)
+    monkeypatch.setattr(claims, "RENEW_S", 0.05)
+    finish = anyio.Event()
+    ran: list[str] = []
+
+    @tool("job.migrate", mutating=True)
+    async def migrate() -> str:
+        """Migrate, slowly."""
+        ran.append("migrate")
+        await finish.wait()
+        return "migrated"
+
+    first, second = make_kernel(workspace, WRITER), make_kernel(workspace, WRITER)
+    try:
+        for kernel in (first, second):
+            kernel.register(migrate)
+        run_a, run_b = first.start_run(), second.start_run()
+
+        async def original() -> None:
+            await first.call(run_a, "job.migrate", {}, idempotency_key="m1")
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as group:
+                group.start_soon(original)
+                while not ran:
+                    await anyio.sleep(0.01)
+                await anyio.sleep(1.0)  # three leases and more
+                busy = await second.call(run_b, "job.migrate", {}, idempotency_key="m1")
+                finish.set()
+        assert busy.error_code is ErrorCode.IDEMPOTENCY_IN_PROGRESS
+        assert ran == ["migrate"]
+    finally:
+        first.close()
+        second.close()
+
+
 async def test_reused_key_with_other_arguments_is_a_conflict(kernel_factory, calls):
     kernel = kernel_factory(WRITER)
     run = kernel.start_run()

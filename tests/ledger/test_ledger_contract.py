@@ -802,3 +802,6 @@ def test_a_claim_whose_lease_ran_out_goes_to_the_next_owner(backend: Backend) ->
         time.sleep(0.3)
         assert second.claim_key("t", "k", "p2", 60) is True
         assert first.claim_key("t", "k", "p1", 60) is False
+        assert second.claim_key("t", "k", "p2", 0.05) is True  # its owner renews it
+        time.sleep(0.3)
+        assert first.claim_key("t", "k", "p1", 60) is True

@@ -300,7 +300,8 @@ class Ledger(abc.ABC):
         """Claim an idempotency key for one call, for every process that shares this
         ledger: True when ``owner`` may run the call (nobody holds the key, or the
         holder's lease of ``lease_s`` seconds ran out: its process died), False when
-        another call holds it now.
+        another owner holds it now. ``owner`` claiming its own key again renews the
+        lease.
 
         The kernel claims a key after finding no result under it, looks again once it
         holds the claim (a holder stores its result before letting go), and releases

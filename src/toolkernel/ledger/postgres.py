@@ -162,7 +162,7 @@ _CLAIM: Final = (
     "INSERT INTO idempotency_claims AS c (tool_name, key, owner, expires) "
     "VALUES (%s, %s, %s, clock_timestamp() + make_interval(secs => %s)) "
     "ON CONFLICT (tool_name, key) DO UPDATE SET owner = excluded.owner, "
-    "expires = excluded.expires WHERE c.expires < clock_timestamp()"
+    "expires = excluded.expires WHERE c.expires < clock_timestamp() OR c.owner = excluded.owner"
 )
 _RELEASE: Final = "DELETE FROM idempotency_claims WHERE tool_name = %s AND key = %s AND owner = %s"
 

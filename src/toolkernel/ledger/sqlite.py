@@ -139,11 +139,13 @@ _INSERT_INDEX: Final = (
 )
 
 
-# Taken when nobody holds the key or the holder's lease ran out; otherwise nothing.
+# Taken when nobody holds the key or the holder's lease ran out, renewed by its owner;
+# otherwise nothing.
 _CLAIM: Final = (
     "INSERT INTO idempotency_claims (tool_name, key, owner, expires) VALUES (?, ?, ?, ?) "
     "ON CONFLICT (tool_name, key) DO UPDATE SET owner = excluded.owner, "
-    "expires = excluded.expires WHERE idempotency_claims.expires < ?"
+    "expires = excluded.expires "
+    "WHERE idempotency_claims.expires < ? OR idempotency_claims.owner = excluded.owner"
 )
 _RELEASE: Final = "DELETE FROM idempotency_claims WHERE tool_name = ? AND key = ? AND owner = ?"
 
