@@ -196,3 +196,68 @@ def test_restore_never_touches_anything_outside_and_puts_policies_back(
     assert (ws / "sub" / "toolkernel.toml").read_bytes() == POLICY
     assert not os.path.lexists(ws / "toolkernel.toml")
     assert [p for p in config_files(ws) if p != ws / "sub" / "toolkernel.toml"] == []
+
+
+def test_giving_back_permissions_never_follows_a_symlink_swapped_in(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A process still running swaps the directory for a symlink out of the workspace
+    just as the runtime gives the directory its owner's rwx back: nothing out there
+    changes mode."""
+    from toolkernel.tools import planted
+
+    ws = tmp_path / "ws"
+    (ws / "sub").mkdir(parents=True)
+    (ws / "sub").chmod(0o000)
+    victim = tmp_path / "outside"
+    victim.mkdir()
+    victim.chmod(0o700)
+    real_open = os.open
+
+    def swapping_open(path, flags, *args, dir_fd=None, **kwargs):  # type: ignore[no-untyped-def]
+        if path == "sub" and flags & os.O_PATH and not (ws / "sub").is_symlink():
+            (ws / "sub").rename(ws / "sub.old")
+            (ws / "sub").symlink_to(victim)
+        return real_open(path, flags, *args, dir_fd=dir_fd, **kwargs)
+
+    monkeypatch.setattr(planted.os, "open", swapping_open)
+    parent = real_open(ws, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        planted._grant_owner_at(parent, "sub")
+    finally:
+        os.close(parent)
+    assert victim.stat().st_mode & 0o777 == 0o700
+    assert (ws / "sub.old").stat().st_mode & 0o777 == 0o000
+
+
+def test_a_directory_without_permissions_gets_its_owners_back(tmp_path: Path) -> None:
+    from toolkernel.tools import planted
+
+    (tmp_path / "sub" / "deeper").mkdir(parents=True)
+    (tmp_path / "sub" / "deeper").chmod(0o000)
+    (tmp_path / "sub").chmod(0o000)
+    parent = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        planted._grant_tree_at(parent, "sub")
+    finally:
+        os.close(parent)
+    assert (tmp_path / "sub").stat().st_mode & 0o700 == 0o700
+    assert (tmp_path / "sub" / "deeper").stat().st_mode & 0o700 == 0o700
+
+
+def test_a_planted_tree_or_huge_file_is_removed_not_kept(tmp_path: Path) -> None:
+    """Quarantine keeps what someone may want back (a policy file someone wrote), not
+    what a process dumped there."""
+    ws, _, quarantine = layout(tmp_path)
+    snapshot = take(ws, quarantine)
+    (ws / "toolkernel.toml").write_bytes(b"#" * (2 << 20))
+    (ws / "sub" / "toolkernel.toml").unlink()
+    (ws / "sub" / "toolkernel.toml").mkdir()
+    (ws / "sub" / "toolkernel.toml" / "junk").write_text("x")
+
+    planted = snapshot.restore(config_files(ws))
+
+    assert planted.kept == ()
+    assert planted.left == ()
+    assert not os.path.lexists(ws / "toolkernel.toml")
+    assert (ws / "sub" / "toolkernel.toml").read_bytes() == POLICY

@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import secrets
 import shutil
 import stat
 import time
@@ -212,18 +213,20 @@ class PolicySnapshot:
         """Moves an entry into the quarantine folder; False when it cannot."""
 
         def move(dir_fd: int, name: str, path: Path) -> bool:
-            if self.quarantine is None:
+            quarantine = self.quarantine
+            if quarantine is None or not _worth_keeping(dir_fd, name):
                 return False
             root = self._root(path)
             label = path.relative_to(root).as_posix() if path.is_relative_to(root) else name
+            stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+            destination = quarantine / f"{stamp}-{secrets.token_hex(4)}-{label.replace('/', '__')}"
             try:
-                self.quarantine.mkdir(parents=True, exist_ok=True)
-                stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-                for attempt in range(100):
-                    suffix = f"-{attempt}" if attempt else ""
-                    destination = self.quarantine / f"{stamp}{suffix}-{label.replace('/', '__')}"
-                    if not os.path.lexists(destination):
-                        break
+                quarantine.mkdir(mode=0o700, parents=True, exist_ok=True)
+                # Only into the state directory itself, never where a symlink leads.
+                if os.path.realpath(quarantine) != str(quarantine):
+                    return False
+                if sum(1 for _ in quarantine.iterdir()) >= _QUARANTINE_MAX:
+                    return False
                 os.rename(name, destination, src_dir_fd=dir_fd)
             except OSError:  # another file system (EXDEV), or no room: removed instead
                 return False
@@ -258,6 +261,20 @@ def _inspect(root: Path, path: Path) -> _Seen:
 
 
 _DIRECTORY_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# What is kept in quarantine: a policy file someone wrote (and symlinks), not a tree
+# or a huge file a process planted (those are removed); and not without end.
+_QUARANTINE_FILE_MAX: Final = 1 << 20
+_QUARANTINE_MAX: Final = 1000
+
+
+def _worth_keeping(dir_fd: int, name: str) -> bool:
+    try:
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    return stat.S_ISLNK(info.st_mode) or (
+        stat.S_ISREG(info.st_mode) and info.st_size <= _QUARANTINE_FILE_MAX
+    )
 
 
 class _Parent:
@@ -370,8 +387,9 @@ def _remove_at(dir_fd: int, name: str) -> bool:
             return True
         except OSError:
             if attempt == 0:
-                os.fchmod(dir_fd, stat.S_IMODE(os.fstat(dir_fd).st_mode) | _OWNER_RWX)
-                _restore_owner_access(Path(f"/proc/self/fd/{dir_fd}") / name)
+                with suppress(OSError):
+                    os.fchmod(dir_fd, stat.S_IMODE(os.fstat(dir_fd).st_mode) | _OWNER_RWX)
+                _grant_tree_at(dir_fd, name)
                 continue
             return False
         return True
@@ -379,25 +397,45 @@ def _remove_at(dir_fd: int, name: str) -> bool:
 
 
 def _grant_owner_at(dir_fd: int, name: str) -> None:
+    """Give the owner rwx on the directory ``name`` in ``dir_fd``, never on what a
+    symlink put there in the meantime points to: the entry is pinned by an ``O_PATH``
+    descriptor, checked to be a directory, and changed through that descriptor."""
     with suppress(OSError):  # best effort: what follows reports the outcome
-        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        if stat.S_ISDIR(info.st_mode):
-            os.chmod(name, stat.S_IMODE(info.st_mode) | _OWNER_RWX, dir_fd=dir_fd)
+        pinned = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        try:
+            info = os.fstat(pinned)
+            if stat.S_ISDIR(info.st_mode):
+                Path(f"/proc/self/fd/{pinned}").chmod(stat.S_IMODE(info.st_mode) | _OWNER_RWX)
+        finally:
+            os.close(pinned)
+
+
+def _grant_tree_at(dir_fd: int, name: str) -> None:
+    """Give the owner rwx on the directory ``name`` in ``dir_fd`` and every directory
+    in it (not through symlinks): a process can take its own write permission away to
+    make removal fail."""
+    _grant_owner_at(dir_fd, name)
+    try:
+        top = os.open(
+            name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd
+        )
+    except OSError:
+        return
+    try:
+        # Top-down, by descriptor, never into a symlink: each directory is given its
+        # permissions back before fwalk opens (lists) it.
+        for _, dirs, _, fd in os.fwalk(".", dir_fd=top):
+            for sub in dirs:
+                _grant_owner_at(fd, sub)
+    finally:
+        os.close(top)
 
 
 def _restore_owner_access(path: Path) -> None:
-    """Give the owner rwx on every directory in the tree at ``path`` (not through
-    symlinks): a process can take its own write permission away to make removal fail."""
-    if not path.is_dir() or path.is_symlink():
-        return
-    _grant_owner(path)
-    for root, dirs, _ in os.walk(path):  # top-down: a directory is opened (listed)
-        for name in dirs:  # after its parent has given it back its permissions
-            sub = Path(root, name)
-            if not sub.is_symlink():
-                _grant_owner(sub)
-
-
-def _grant_owner(directory: Path) -> None:
-    with suppress(OSError):  # best effort: the removal that follows reports the outcome
-        directory.chmod(stat.S_IMODE(directory.lstat().st_mode) | _OWNER_RWX)
+    """``_grant_tree_at`` for ``path``, from its parent directory."""
+    with suppress(OSError):
+        parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            _grant_tree_at(parent, path.name)
+        finally:
+            os.close(parent)
