@@ -175,3 +175,24 @@ async def test_a_process_a_server_leaves_behind_does_not_keep_its_stderr_copier(
         for pid in pids.read_text().split():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid), 9)
+
+
+async def test_an_errlog_file_written_at_our_own_offset_loses_no_server_line(workspace, tmp_path):
+    """`toolkernel serve 2>serve.log`: a file opened without O_APPEND, where the
+    server appending on a description of its own would be overwritten by our next
+    line; its stderr is copied instead."""
+    kernel = open_kernel(workspace)
+    log = tmp_path / "serve.log"
+    with log.open("w", encoding="utf-8") as errlog:
+        errlog.write("runtime: starting\n")
+        errlog.flush()
+        with anyio.fail_after(30):
+            async with McpBridge(kernel, [rough_server()], errlog=errlog) as bridge:
+                [report] = await bridge.connect_all()
+                assert report.connected, report.error
+                assert _copiers() == 1
+        errlog.write("runtime: done\n")
+    text = log.read_text(encoding="utf-8")
+    assert "rough server ready" in text
+    assert text.startswith("runtime: starting\n")
+    assert text.endswith("runtime: done\n")

@@ -54,6 +54,7 @@ from __future__ import annotations
 import base64
 import binascii
 import codecs
+import fcntl
 import io
 import json
 import logging
@@ -61,6 +62,7 @@ import os
 import re
 import select
 import socket
+import stat
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
@@ -446,13 +448,19 @@ async def _stdio(
 
 
 def _reopened(errlog: TextIO) -> TextIO | None:
-    """The file, pipe or terminal behind ``errlog`` opened again (through /proc), in
-    append mode: the same place, a description of its own; None when it has no such
-    form (a socket, an in-memory stream)."""
+    """The pipe, terminal or append-only file behind ``errlog`` opened again (through
+    /proc): the same place, a description of its own. None for anything else: a
+    socket or an in-memory stream cannot be opened again, and a file we write at our
+    own offset (``2>serve.log``) would overwrite what the server appends."""
     try:
         descriptor = errlog.fileno()
+        mode = os.fstat(descriptor).st_mode
+        appending = stat.S_ISREG(mode) and fcntl.fcntl(descriptor, fcntl.F_GETFL) & os.O_APPEND
+        if not (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or appending):
+            return None
         errlog.flush()
-        reopened = os.open(f"/proc/self/fd/{descriptor}", os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
+        reopened = os.open(f"/proc/self/fd/{descriptor}", flags)
     except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
         return None
     return os.fdopen(reopened, "w", encoding="utf-8")
