@@ -353,3 +353,23 @@ def test_more_protected_paths_than_bubblewrap_takes_is_a_clear_refusal(kernel):
         (mixed / f"k{index:05d}.pem").write_text("-")
     result = run_shell(kernel, "true")
     assert (result.status, str(result.error_code)) == (Status.DENIED, "SANDBOX_UNAVAILABLE")
+
+
+def test_a_directory_hidden_whole_refuses_writes_and_one_with_more_is_not_hidden_whole(kernel):
+    """Hidden whole, a directory is read-only: a write there fails instead of seeming
+    to work and vanishing. One that also holds what ripgrep does not list (a symlink)
+    keeps it visible, its forbidden files hidden one by one."""
+    ws = kernel.config.workspace
+    for name in ("only", "more"):
+        (ws / name).mkdir()
+        (ws / name / "a.pem").write_text("-----BEGIN PRIVATE KEY-----\nabc\n")
+    (ws / "more" / "notes").symlink_to("../app.py")
+    write_only = run_shell(kernel, "sh", "-c", "echo x > only/serial.txt")
+    write_more = run_shell(kernel, "sh", "-c", "echo x > more/serial.txt; cat more/notes")
+    assert write_only.status is Status.FAILED
+    assert not (ws / "only" / "serial.txt").exists()
+    assert write_more.status is Status.SUCCEEDED
+    assert (ws / "more" / "serial.txt").read_text() == "x\n"
+    assert write_more.structured_output["stdout"]["head"] == "print('hi')\n"
+    peek = run_shell(kernel, "cat", "more/a.pem")
+    assert "BEGIN PRIVATE KEY" not in str(peek.projection())

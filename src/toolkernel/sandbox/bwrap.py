@@ -171,11 +171,14 @@ def bwrap_argv(argv: Sequence[str], spec: SandboxSpec, *, bwrap: Path) -> list[s
         # or the runtime's state out from under its mount, to where the path guard
         # would no longer recognise it.
         mounts.extend(("--bind", str(d), str(d)) for d in _ancestors(spec.hidden, spec.workspace))
+    sealed: list[str] = []
     for path in spec.hidden:
         if path.is_dir() and not path.is_symlink():
-            # Empty, and too small to hold anything worth hiding there.
+            # Empty and read-only (below): a write there fails, rather than seeming to
+            # work and vanishing with the sandbox.
             size = ("--size", str(_HIDDEN_TMPFS_BYTES)) if sized else ()
             mounts.append((*size, "--tmpfs", str(path)))
+            sealed.append(str(path))
         elif path.exists() and not path.is_symlink():
             mounts.append(("--ro-bind", "/dev/null", str(path)))
     if len(mounts) > _MAX_MOUNTS:
@@ -189,6 +192,7 @@ def bwrap_argv(argv: Sequence[str], spec: SandboxSpec, *, bwrap: Path) -> list[s
         str(bwrap),
         *flags,
         *_mount_args(mounts),
+        *(arg for path in sealed for arg in ("--remount-ro", path)),
         # Last, so every mount point above exists before the root tmpfs turns read-only.
         "--remount-ro",
         "/",

@@ -624,9 +624,27 @@ def protected_paths(
         chosen[whole] = None
     for relative in chosen:
         path = workspace / relative
-        if not any(path.is_relative_to(d) for d in state_dirs):  # hidden whole already
+        if any(path.is_relative_to(d) for d in state_dirs):  # hidden whole already
+            continue
+        if relative in forbidden or _only_forbidden(path, workspace, guard):
             hidden.append(path)
+        else:  # holds what ripgrep does not list (a symlink, a FIFO): file by file
+            hidden.extend(workspace / f for f in forbidden if f.startswith(f"{relative}/"))
     return tuple(hidden)
+
+
+def _only_forbidden(directory: Path, workspace: Path, guard: PathGuard) -> bool:
+    """Whether everything in ``directory`` is a forbidden regular file (or an empty
+    directory): hidden whole, it then hides nothing a process may see."""
+    for root, dirs, files in os.walk(directory):
+        for name in files:
+            path = Path(root, name)
+            relative = path.relative_to(workspace).as_posix()
+            if path.is_symlink() or not path.is_file() or not guard.is_forbidden(relative):
+                return False
+        if any(Path(root, name).is_symlink() for name in dirs):
+            return False
+    return True
 
 
 def _network_allowed(ctx: ToolContext, definition: ToolDefinition) -> bool:
