@@ -121,3 +121,23 @@ def test_env_split_string_is_not_understood_so_it_asks():
 def test_a_duration_or_assignment_after_a_wrapper_is_not_taken_for_an_option():
     assert check_command(["timeout", "5s", "git", "push"], DEFAULT_COMMAND_POLICY) is Action.ASK
     assert check_command(["env", "Au=1", "rm", "-Rf", "x"], DEFAULT_COMMAND_POLICY) is Action.ASK
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["rm", "-rf", ".git"],
+        ["rm", "-rfv", ".git"],
+        ["rm", "-rf", "--verbose", ".git"],
+        ["rm", "-r", "-f", "-I", ".git"],
+        ["rm", "--one-file-system", "-Rf", ".git"],
+    ],
+)
+def test_a_rule_naming_an_operand_matches_whatever_other_options_rm_gets(argv):
+    policy = CommandPolicy(
+        rules=(
+            CommandRule(("rm", "-rf"), Action.ASK, "recursive deletion"),
+            CommandRule(("rm", "-rf", ".git"), Action.DENY, "never delete history"),
+        )
+    )
+    assert check_command(argv, policy) is Action.DENY

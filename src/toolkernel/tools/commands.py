@@ -177,11 +177,13 @@ def _canonical(words: Sequence[str]) -> tuple[str, ...]:
 
 
 def _rm_arguments(args: list[str]) -> list[str]:
-    """``rm``'s arguments with -r/-R/--recursive and -f/--force first, as ``-rf``,
-    ``-r`` or ``-f``; then its other options, then the operands (GNU rm takes options
-    after operands too). ``--`` stays only where an operand looks like an option."""
+    """``rm``'s arguments as -r/-R/--recursive and -f/--force, spelled ``-rf``, ``-r``
+    or ``-f``, then the operands (GNU rm takes options after operands too). Its other
+    options (-v, -i, -I, --one-file-system, --no-preserve-root, …) change nothing a
+    rule is about, so they are left out: ``rm -rfv .git`` is ``rm -rf .git``. ``--``
+    stays only where an operand looks like an option."""
     recursive = force = False
-    options: list[str] = []
+    options: list[str] = []  # read, then left out
     operands: list[str] = []
     for at, word in enumerate(args):
         if word == "--":
@@ -202,7 +204,7 @@ def _rm_arguments(args: list[str]) -> list[str]:
             operands.append(word)
     flags = "r" * recursive + "f" * force
     separator = ["--"] if any(o.startswith("-") for o in operands) else []
-    return [*(["-" + flags] if flags else []), *options, *separator, *operands]
+    return [*(["-" + flags] if flags else []), *separator, *operands]
 
 
 def _git_subcommand(args: list[str]) -> list[str]:
