@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.errors import ToolFailed
@@ -193,3 +195,27 @@ async def test_a_timed_out_search_returns_none_of_ripgreps_unfiltered_output(ker
     assert result.artifacts == ()
     assert "ZULU" not in json.dumps(result.projection())
     assert partial.id not in json.dumps(result.projection())
+
+
+@settings(max_examples=200, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=12))
+def test_the_begin_scanner_finds_the_same_suspects_however_the_output_is_cut(cuts):
+    """ripgrep's output reaches the scanner in chunks of any size."""
+    from toolkernel.tools.search import _BeginScanner
+
+    lines = [
+        b'{"type":"begin","data":{"path":{"text":"./src/a.py"}}}',
+        b'{"type":"match","data":{"path":{"text":"./src/a.py"},"lines":{"text":"x."}}}',
+        b'{"type":"begin","data":{"path":{"text":"./keys/deploy.pem."}}}',
+        b'{"type":"begin","data":{"path":{"bytes":"/w=="}}}',
+        b'{"type":"begin","data":{"path":{"text":"./docs /x.md"}}}',
+        b'{"type":"end","data":{"path":{"text":"./src/a.py"}}}',
+    ]
+    output = b"".join(line + b"\n" for line in lines)
+    scanner = _BeginScanner()
+    at = 0
+    for cut in sorted({min(c, len(output)) for c in cuts}):
+        scanner(output[at:cut])
+        at = cut
+    scanner(output[at:])
+    assert scanner.suspects() == [lines[2], lines[3], lines[4]]

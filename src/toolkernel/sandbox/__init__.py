@@ -9,11 +9,17 @@ The library layer under the kernel's ``PROCESS`` and ``SANDBOX_*`` adapters::
 """
 
 from toolkernel.sandbox.bwrap import SandboxUnavailable, bwrap_argv, find_bwrap, probe
-from toolkernel.sandbox.process import TERM_GRACE_S, ProcessOutcome, run_sandboxed
+from toolkernel.sandbox.process import (
+    TERM_GRACE_S,
+    OutputCallback,
+    ProcessOutcome,
+    run_sandboxed,
+)
 from toolkernel.sandbox.spec import SandboxLimits, SandboxSpec
 
 __all__ = [
     "TERM_GRACE_S",
+    "OutputCallback",
     "ProcessOutcome",
     "SandboxLimits",
     "SandboxSpec",

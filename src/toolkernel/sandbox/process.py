@@ -140,7 +140,8 @@ async def run_sandboxed(
         output_dir: Directory for the ``stdout`` and ``stderr`` files; created if
             missing, and must not already hold them.
         cancel: Setting it kills the tree; the outcome is marked cancelled.
-        on_output: Called with each stored chunk, for live progress or redaction.
+        on_output: Called with each stored chunk of stdout, as it comes (on the
+            event loop), for live progress or for reading the output as it is written.
         unsandboxed: Run without bubblewrap, only with process-group isolation, the
             environment allow-list and the limits. Only for configurations that
             opted in explicitly.
@@ -312,12 +313,12 @@ class _OutputSink:
         self._stderr.close()
 
     def write_stdout(self, chunk: bytes) -> None:
-        self._store(self._stdout, chunk)
+        self._store(self._stdout, chunk, self._on_output)
 
     def write_stderr(self, chunk: bytes) -> None:
-        self._store(self._stderr, chunk)
+        self._store(self._stderr, chunk, None)
 
-    def _store(self, file: BinaryIO, chunk: bytes) -> None:
+    def _store(self, file: BinaryIO, chunk: bytes, on_output: OutputCallback | None) -> None:
         self.produced += len(chunk)
         kept = chunk[: max(0, self._cap - self.stored)]
         if len(kept) < len(chunk):
@@ -327,8 +328,8 @@ class _OutputSink:
             # less than handing it to a worker thread would.
             file.write(kept)
             self.stored += len(kept)
-            if self._on_output is not None:
-                self._on_output(kept)
+            if on_output is not None:
+                on_output(kept)
 
 
 def _create_private(path: Path) -> BinaryIO:

@@ -52,6 +52,7 @@ from toolkernel.errors import SandboxUnavailable, ToolFailed
 from toolkernel.policy import Action
 from toolkernel.sandbox import (
     TERM_GRACE_S,
+    OutputCallback,
     SandboxLimits,
     SandboxSpec,
     find_bwrap,
@@ -323,6 +324,7 @@ class Sandbox:
         label: str = "command",
         env: Mapping[str, str] | None = None,
         rw_dirs: Sequence[Path] = (),
+        on_stdout: OutputCallback | None = None,
     ) -> CommandResult:
         """Run ``argv`` to completion in the sandbox and store its output.
 
@@ -334,6 +336,8 @@ class Sandbox:
             env: extra variables for this command only.
             rw_dirs: private host directories (outside the workspace) the command
                 may write to, e.g. for a report the runtime reads back.
+            on_stdout: called with each chunk of stdout as it is stored (on the
+                event loop: keep it quick).
 
         Returns:
             The result, whatever the exit status.
@@ -390,7 +394,7 @@ class Sandbox:
             else None
         )
         try:
-            result = await self._run(argv, spec, staging, out_dir, timeout, grace, label)
+            result = await self._run(argv, spec, staging, out_dir, timeout, grace, label, on_stdout)
         except ToolFailed as failed:  # timed out or cancelled: the violation matters more
             with anyio.CancelScope(shield=True):  # the call may be cancelled again meanwhile
                 planted = await self._restore(snapshot)
@@ -424,6 +428,7 @@ class Sandbox:
         timeout: float,
         grace: float,
         label: str,
+        on_stdout: OutputCallback | None = None,
     ) -> CommandResult:
         try:
             outcome = await run_sandboxed(
@@ -434,6 +439,7 @@ class Sandbox:
                 output_dir=out_dir,
                 unsandboxed=not self.sandboxed,
                 term_grace_s=grace,
+                on_output=on_stdout,
             )
         except SandboxUnavailable as exc:  # this workspace cannot be sandboxed as it is
             _log.error("%s was not run: %s", self.tool_name, exc.reason)

@@ -20,16 +20,17 @@ stderr) stay out of the result, also when the search times out.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import os
 import re
 import shutil
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, BinaryIO, Final
 
 import anyio
 from annotated_types import Ge, Le, MaxLen, MinLen
@@ -54,6 +55,12 @@ _ARTIFACT: Final = "repo.search matches (rg --json)"
 # Every message about a file starts so (ripgrep's JSON printer writes the path first).
 _HEAD: Final = re.compile(rb'\{"type":"(begin|match|context|end)","data":\{"path":')
 _DECODER: Final = json.JSONDecoder()
+# A begin message whose path has a segment ending in a dot or a space, or is not
+# text (the possessive "./" keeps ripgrep's own prefix from counting).
+_SUSPECT: Final = re.compile(
+    rb'\{"type":"begin","data":\{"path":\{"(?:bytes"|text":"(?:\./)?+(?:[^"\\\n]|\\.)*?[. ](?:/|"))'
+)
+_SUMMARY_TAIL: Final = 64 * 1024
 
 
 @tool(
@@ -95,8 +102,9 @@ async def repo_search(
         case_sensitive=caseSensitive,
         fixed_string=fixedString,
     )
+    scanner = _BeginScanner()
     try:
-        result = await sandbox.run(argv, label="rg --json")
+        result = await sandbox.run(argv, label="rg --json", on_stdout=scanner)
     except ToolFailed as failed:
         # A timeout or a cancellation carries ripgrep's partial output, unfiltered.
         raise ToolFailed(
@@ -110,9 +118,11 @@ async def repo_search(
     guard = ctx.kernel.guard if ctx.kernel else None
     found = await anyio.to_thread.run_sync(
         partial(
-            _filter,
+            _collect,
             sandbox.artifacts,
             result.stdout.artifact,
+            result.stdout.size,
+            scanner.suspects(),
             forbidden=guard.is_forbidden if guard is not None else lambda _: False,
             keep=maxResults + 1,
             producer=ctx.tool_call_id,
@@ -181,6 +191,91 @@ class _Found:
     total: int  # match messages: matched lines
     files: int
     artifact: ArtifactRef | None
+
+
+def _collect(
+    store: ArtifactStore,
+    source: ArtifactRef | None,
+    size: int,
+    suspects: list[bytes],
+    *,
+    forbidden: Callable[[str], bool],
+    keep: int,
+    producer: str,
+) -> _Found:
+    """What ripgrep found outside forbidden paths; blocking I/O.
+
+    Usually the globs already kept every forbidden file out, and ripgrep's output is
+    the artifact as it is, its totals its own. Only when a file ``_BeginScanner``
+    found suspect is forbidden (or its ``begin`` line cannot be read) is the output
+    filtered message by message (``_filter``).
+    """
+    if source is None:
+        return _Found([], 0, 0, None)
+    if not any(_forbidden_begin(line, forbidden) for line in suspects):
+        with store.open(source.id) as handle:
+            matches = list(itertools.islice(_matches(handle), keep))
+            stats = _summary(handle, size)
+        total = int(stats.get("matched_lines", len(matches)))
+        files = int(stats.get("searches_with_match", len({m["path"] for m in matches})))
+        return _Found(matches, total, files, source)
+    return _filter(store, source, forbidden=forbidden, keep=keep, producer=producer)
+
+
+class _BeginScanner:
+    """Reads ripgrep's output as it is stored (on the event loop, while ripgrep still
+    searches) for the ``begin`` messages the guard must judge itself.
+
+    ripgrep applied the forbidden globs (case-insensitively, as the guard does); the
+    guard also forbids a name once its segments' trailing dots and spaces are
+    trimmed (``key.pem.``), and a name that is not UTF-8 is not judged by its text.
+    Only files such as those are checked with the guard: a search reporting on
+    thousands of files costs no check per file.
+    """
+
+    def __init__(self) -> None:
+        self._carry = b""
+        self._found: list[bytes] = []
+
+    def __call__(self, chunk: bytes) -> None:
+        data = self._carry + chunk if self._carry else chunk
+        cut = data.rfind(b"\n") + 1
+        self._carry = data[cut:]
+        if cut:
+            for suspect in _SUSPECT.finditer(data, 0, cut):
+                self._found.append(data[suspect.start() : data.index(b"\n", suspect.start())])
+
+    def suspects(self) -> list[bytes]:
+        """The suspect ``begin`` lines; a begin line the output cap cut short too."""
+        cut = [self._carry] if self._carry.startswith(b'{"type":"begin"') else []
+        return [*self._found, *cut]
+
+
+def _forbidden_begin(line: bytes, forbidden: Callable[[str], bool]) -> bool:
+    try:
+        return forbidden(_text(json.loads(line)["data"]["path"]).removeprefix("./"))
+    except (ValueError, KeyError, TypeError):
+        return True  # cannot tell: filter
+
+
+def _matches(handle: BinaryIO) -> Iterator[dict[str, Any]]:
+    for raw in handle:
+        if raw.startswith(b'{"type":"match"'):
+            yield _match(json.loads(raw)["data"])
+
+
+def _summary(handle: BinaryIO, size: int) -> dict[str, Any]:
+    """ripgrep's closing stats: the last line of its output (absent if it was cut)."""
+    handle.seek(max(0, size - _SUMMARY_TAIL))
+    lines = handle.read().rstrip(b"\n").rsplit(b"\n", 1)
+    try:
+        message = json.loads(lines[-1])
+    except ValueError:
+        return {}
+    if message.get("type") != "summary":
+        return {}
+    stats: dict[str, Any] = message["data"]["stats"]
+    return stats
 
 
 def _filter(
