@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import errno
 import hashlib
 import json
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated
 
 import anyio
@@ -23,7 +26,8 @@ from toolkernel.context import ToolContext
 from toolkernel.definition import RetryPolicy
 from toolkernel.dispatch import Outcome
 from toolkernel.errors import ToolFailed
-from toolkernel.functions import tool
+from toolkernel.functions import FunctionTool, tool
+from toolkernel.kernel import Kernel
 from toolkernel.ledger import EventType
 from toolkernel.normalize import DEFAULT_CHAIN, Finishing
 from toolkernel.run import Run, ToolCall
@@ -317,11 +321,25 @@ async def test_an_index_entry_that_is_not_a_result_fails_the_call_without_runnin
     assert types == [EventType.TOOL_CALL_REQUEST, EventType.TOOL_CALL_RESULT]
 
 
+@contextlib.contextmanager
+def two_processes(workspace: Path, job: FunctionTool) -> Iterator[tuple[Kernel, Kernel]]:
+    """Two kernels on one ledger file stand for two processes: neither knows the
+    other's running calls, only the ledger tells them apart."""
+    from toolkernel.testing import make_kernel
+
+    first, second = make_kernel(workspace, WRITER), make_kernel(workspace, WRITER)
+    try:
+        for kernel in (first, second):
+            kernel.register(job)
+        yield first, second
+    finally:
+        first.close()
+        second.close()
+
+
 async def test_a_key_running_in_another_process_is_refused_then_its_result_shared(workspace):
     # Two kernels on one ledger file stand for two processes: neither knows the other's
     # running calls, only the ledger's claim tells them apart.
-    from toolkernel.testing import make_kernel
-
     started, finish = anyio.Event(), anyio.Event()
     ran: list[str] = []
 
@@ -333,10 +351,7 @@ async def test_a_key_running_in_another_process_is_refused_then_its_result_share
         await finish.wait()
         return "deployed"
 
-    first, second = make_kernel(workspace, WRITER), make_kernel(workspace, WRITER)
-    try:
-        for kernel in (first, second):
-            kernel.register(deploy)
+    with two_processes(workspace, deploy) as (first, second):
         run_a, run_b = first.start_run(), second.start_run()
         results: list[ToolCallResult] = []
 
@@ -358,16 +373,12 @@ async def test_a_key_running_in_another_process_is_refused_then_its_result_share
         assert [r.structured_output for r in (*results, later)] == ["deployed", "deployed"]
         assert ran == ["deploy"]
         assert first.ledger.verify().ok
-    finally:
-        first.close()
-        second.close()
 
 
 async def test_a_claim_is_renewed_while_its_call_runs_longer_than_the_lease(workspace, monkeypatch):
     # A slow call (or a slow batch, or a human approving) outlives the lease: the
     # kernel renews it, so another process still finds the key taken.
     from toolkernel import claims
-    from toolkernel.testing import make_kernel
 
     monkeypatch.setattr(claims, "LEASE_S", 0.3)
     monkeypatch.setattr(claims, "RENEW_S", 0.05)
@@ -381,10 +392,7 @@ async def test_a_claim_is_renewed_while_its_call_runs_longer_than_the_lease(work
         await finish.wait()
         return "migrated"
 
-    first, second = make_kernel(workspace, WRITER), make_kernel(workspace, WRITER)
-    try:
-        for kernel in (first, second):
-            kernel.register(migrate)
+    with two_processes(workspace, migrate) as (first, second):
         run_a, run_b = first.start_run(), second.start_run()
 
         async def original() -> None:
@@ -400,9 +408,6 @@ async def test_a_claim_is_renewed_while_its_call_runs_longer_than_the_lease(work
                 finish.set()
         assert busy.error_code is ErrorCode.IDEMPOTENCY_IN_PROGRESS
         assert ran == ["migrate"]
-    finally:
-        first.close()
-        second.close()
 
 
 async def test_reused_key_with_other_arguments_is_a_conflict(kernel_factory, calls):
