@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, is_dataclass
+from dataclasses import dataclass, field, is_dataclass, replace
 from dataclasses import fields as dataclass_fields
 from datetime import date, datetime, time
 from enum import Enum
@@ -23,7 +23,7 @@ from uuid import UUID
 
 from toolkernel.arguments import DEFAULT_MAX_DEPTH
 from toolkernel.artifacts import ArtifactStore
-from toolkernel.calls import RedactionNotice
+from toolkernel.calls import ArtifactRef, RedactionNotice
 from toolkernel.canonical import canonical_json
 from toolkernel.codes import ErrorCode, Status, safe_message
 from toolkernel.dispatch import Outcome
@@ -210,6 +210,8 @@ def redact(outcome: Outcome, fin: Finishing) -> Outcome:
     if counts:
         fin.redactions.extend(redaction_notices(counts, "structuredOutput"))
         fin.encoded = None
+    if outcome.artifacts:  # their type and description are shown too
+        outcome.artifacts = _redacted_refs(outcome.artifacts, fin)
     if not fin.redactions:
         return outcome
     withheld: Counter[str] = Counter()
@@ -222,6 +224,20 @@ def redact(outcome: Outcome, fin: Finishing) -> Outcome:
         shown = ", ".join(f"{count} {kind}" for kind, count in sorted(withheld.items()))
         outcome.message = f"{outcome.message} [Redacted from this result: {shown}.]".lstrip()
     return outcome
+
+
+def _redacted_refs(refs: tuple[ArtifactRef, ...], fin: Finishing) -> tuple[ArtifactRef, ...]:
+    counts: Counter[str] = Counter()
+    shown = []
+    for ref in refs:
+        media_type = fin.redactor.redact_text(ref.media_type, counts)
+        description = fin.redactor.redact_text(ref.description, counts)
+        if (media_type, description) != (ref.media_type, ref.description):
+            ref = replace(ref, media_type=media_type, description=description)
+        shown.append(ref)
+    if counts:
+        fin.redactions.extend(redaction_notices(counts, "artifacts"))
+    return tuple(shown)
 
 
 def redaction_notices(counts: Counter[str], where: str) -> list[RedactionNotice]:

@@ -10,7 +10,10 @@ from datetime import UTC, datetime
 import pydantic
 import pytest
 
+from toolkernel.calls import ArtifactRef
 from toolkernel.codes import ErrorCode, Status
+from toolkernel.context import ToolContext
+from toolkernel.dispatch import ToolOutput
 from toolkernel.functions import tool
 from toolkernel.run import ToolCall
 
@@ -136,3 +139,31 @@ async def test_output_whose_conversion_fails_or_loses_an_entry_is_refused_alone(
         run, [ToolCall("repo.odd", {}), ToolCall("repo.lookup", {"query": "q"})]
     )
     assert [r.error_code for r in results] == [ErrorCode.OUTPUT_CONTRACT_VIOLATION, None]
+
+
+async def test_an_artifacts_type_and_description_are_redacted_like_its_output(kernel_factory):
+    """An artifact reference is shown to the model too: a secret or host path in its
+    media type or description (a remote server chose them) is masked."""
+    token = "ghp_" + "Q7r8S9t0U1v2W3x4Y5z6A7b8C9d0E1f2G3h4"
+
+    @tool("job.export")
+    async def export(ctx: ToolContext) -> ToolOutput:
+        """Export a file."""
+        assert ctx.kernel is not None
+        ref = ctx.kernel.artifacts.put(
+            b"data",
+            media_type=f"text/plain; token={token}",
+            description="copied from /home/alice/private/export.txt",
+            producer=ctx.tool_call_id,
+        )
+        return ToolOutput({"ok": True}, "exported", (ref,))
+
+    kernel = kernel_factory()
+    kernel.register(export)
+    result = await kernel.call(kernel.start_run(), "job.export", {})
+    shown = str(result.projection())
+    assert result.status is Status.SUCCEEDED
+    assert token not in shown
+    assert "/home/alice" not in shown
+    assert {n.where for n in result.redactions} == {"artifacts"}
+    assert isinstance(result.artifacts[0], ArtifactRef)

@@ -65,6 +65,7 @@ import socket
 import stat
 import sys
 import threading
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass, field
@@ -106,6 +107,7 @@ from toolkernel.mcp.pins import PinStore, PinVerdict, pinned_view
 from toolkernel.mcp.sandboxed import SANDBOX_ENV, sandboxed_argv
 from toolkernel.mcp.servers import ServerConfig
 from toolkernel.mcp.streams import FilteredReadStream
+from toolkernel.redaction import Redactor
 from toolkernel.run import Run
 from toolkernel.tools.adapter import config_files
 from toolkernel.tools.planted import QUARANTINE_DIRNAME, Planted, PolicySnapshot
@@ -205,8 +207,15 @@ def namespaced(server: str, remote_name: str) -> str:
     return f"{server}.{local}"
 
 
-def admit_tool(server: ServerConfig, tool: Mapping[str, Any]) -> Admission:
-    """Allowlist, lint and convert one tool of ``server`` (as listed by ``tools/list``)."""
+def admit_tool(
+    server: ServerConfig, tool: Mapping[str, Any], *, redactor: Redactor | None = None
+) -> Admission:
+    """Allowlist, lint and convert one tool of ``server`` (as listed by ``tools/list``).
+
+    With ``redactor``, the text of the definition the model will be shown (titles and
+    descriptions, the schemas' too) is masked like any output: a server's definition
+    is untrusted content. The pin and the lint see it as the server sent it.
+    """
     remote = str(tool.get("name", ""))
     name = namespaced(server.name, remote)
     if not (server.allows(remote) or server.allows(name.split(".", 1)[1])):
@@ -219,7 +228,10 @@ def admit_tool(server: ServerConfig, tool: Mapping[str, Any]) -> Admission:
     if errors:
         return Admission(server, tool, name, None, findings, errors)
     try:
-        definition = ToolDefinition.from_dict(_definition_data(server, name, tool))
+        data = _definition_data(server, name, tool)
+        definition = ToolDefinition.from_dict(
+            data if redactor is None else _masked_text(data, redactor)
+        )
     except DefinitionError as exc:
         reason = RejectReason("DEFINITION", f"field '{exc.field}': {exc.problem}"[:300])
         return Admission(server, tool, name, None, findings, (reason,))
@@ -252,6 +264,23 @@ def _definition_data(server: ServerConfig, name: str, tool: Mapping[str, Any]) -
     if tool.get("outputSchema") is not None:
         data["outputContract"] = {"schema": tool["outputSchema"]}
     return data
+
+
+_SHOWN_TEXT: Final = frozenset({"title", "description"})
+
+
+def _masked_text(value: Any, redactor: Redactor) -> Any:
+    """``value`` with every title and description string masked, at any depth."""
+    if isinstance(value, Mapping):
+        return {
+            key: redactor.redact_text(item, Counter())
+            if key in _SHOWN_TEXT and isinstance(item, str)
+            else _masked_text(item, redactor)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [_masked_text(item, redactor) for item in value]
+    return value
 
 
 def _closed(schema: Any) -> tuple[Any, bool]:
@@ -877,7 +906,7 @@ class McpBridge:
         return ServerReport(config.name, True, None, tuple(accepted), tuple(rejected), tuple(held))
 
     def _admit(self, config: ServerConfig, tool: Mapping[str, Any], seen: set[str]) -> Admission:
-        admission = admit_tool(config, tool)
+        admission = admit_tool(config, tool, redactor=self.kernel.redactor)
         if not admission.accepted:
             return admission
         name = admission.name
@@ -1154,14 +1183,21 @@ def _to_output(
     return ToolOutput(data, artifacts=tuple(refs))
 
 
+_MEDIA_TYPE: Final = re.compile(r"[a-z]{1,20}/[a-z0-9][a-z0-9.+-]{0,80}", re.ASCII)
+
+
 def _content_item(
     block: Any, tool: str, store: ArtifactStore, producer: str, refs: list[ArtifactRef]
 ) -> dict[str, Any]:
-    def keep(encoded: str, media_type: str, kind: str) -> dict[str, Any]:
+    def keep(encoded: str, declared: str, kind: str) -> dict[str, Any]:
         try:
             data = base64.b64decode(encoded, validate=True)
         except (binascii.Error, ValueError):
             return {"type": kind, "error": "undecodable base64 data was dropped"}
+        # The artifact's type is shown to the model as is: only a plain type/subtype
+        # is believed (no parameters, nothing that could carry text to the model).
+        plain = declared.strip().lower()
+        media_type = plain if _MEDIA_TYPE.fullmatch(plain) else "application/octet-stream"
         ref = store.put(
             data, media_type=media_type, description=f"{kind} from {tool}", producer=producer
         )
