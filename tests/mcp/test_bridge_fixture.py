@@ -105,6 +105,22 @@ async def test_a_timeout_sends_cancelled_to_the_server(workspace, tmp_path):
     assert after.status is Status.SUCCEEDED
 
 
+async def test_a_server_stuck_past_a_timeout_is_restarted_for_the_next_call(workspace):
+    """A server whose whole event loop blocks answers neither the cancel nor a request:
+    it is stopped, and the next call gets a fresh one instead of timing out again. A
+    server that answers after a timeout (fx.slow above) is kept."""
+    kernel = open_kernel(workspace)
+    run = kernel.start_run()
+    server = fixture_server("fx", "--stuck", timeout_ms=3000)
+    with anyio.fail_after(60):
+        async with McpBridge(kernel, [server]) as bridge:
+            await bridge.connect_all(run)
+            stuck = await kernel.call(run, "fx.stuck", {})
+            after = [await kernel.call(run, "fx.echo", {"message": "hi"}) for _ in range(2)]
+    assert stuck.status is Status.TIMED_OUT
+    assert [r.status for r in after] == [Status.SUCCEEDED, Status.SUCCEEDED]
+
+
 async def test_cancelling_the_call_sends_cancelled_to_the_server(workspace, tmp_path):
     record = tmp_path / "record.txt"
     record.write_text("")

@@ -201,6 +201,11 @@ class ServerReport:
     held: tuple[str, ...] = ()
 
 
+PING_TIMEOUT_S: Final = 2.0
+"""After a call timed out or was cancelled, how long its server has to answer a
+request before it counts as stuck and is restarted."""
+
+
 def namespaced(server: str, remote_name: str) -> str:
     """``git`` + ``git status`` → ``git.git_status``."""
     local = _UNSAFE_NAME.sub("_", remote_name)[: 127 - len(server)] or "_"
@@ -1034,6 +1039,27 @@ class McpBridge:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
             connection.discard(client)
             raise _remote_failure(name, "the connection to its server broke", True) from exc
+        except anyio.get_cancelled_exc_class():
+            # Timed out or cancelled (the SDK told the server). A server that does not
+            # answer another request either is stuck: it is stopped, and the next call
+            # starts it afresh instead of waiting out its timeout again.
+            with anyio.CancelScope(shield=True):
+                await _drop_if_stuck(client, connection)
+            raise
+
+
+async def _drop_if_stuck(client: Client, connection: ServerConnection) -> None:
+    with anyio.move_on_after(PING_TIMEOUT_S):
+        try:
+            # tools/list, not ping: every protocol version has it (ping is gone from
+            # the newest), and any server that still serves answers it.
+            await client.list_tools(cache_mode="bypass")
+        except Exception:  # noqa: BLE001 - no answer of any kind: the same verdict
+            _log.warning("MCP server %s is not answering; it is restarted", connection.config.name)
+            connection.discard(client)
+        return
+    _log.warning("MCP server %s is stuck; it is stopped and restarted", connection.config.name)
+    connection.discard(client)
 
 
 def _identity(admission: Admission) -> dict[str, Any]:
