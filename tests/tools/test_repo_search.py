@@ -148,10 +148,19 @@ async def test_a_query_or_glob_ripgrep_cannot_take_is_invalid_arguments(
     assert says in result.safe_message
 
 
-async def test_a_file_only_the_path_guard_forbids_leaves_no_trace_in_result_or_artifact(kernel, ws):
-    # The guard also forbids a name with trailing dots ("server.pem." is "server.pem"
-    # where such names are trimmed); ripgrep's exclusion globs do not see it that way.
-    (ws / "deploy.pem.").write_text("launch code ZULU NINE\n")
+@pytest.mark.parametrize(
+    "name",
+    [
+        "deploy.pem.",  # trailing dots are trimmed where names are (Windows file systems)
+        "\u0130d_rsa",  # dotted capital I: Python folds it to "i", ripgrep does not
+        "server.\u212aey",  # the Kelvin sign, folded to "k"
+    ],
+)
+async def test_a_file_only_the_path_guard_forbids_leaves_no_trace_in_result_or_artifact(
+    kernel, ws, name
+):
+    # The guard forbids these names; ripgrep's exclusion globs do not see them that way.
+    (ws / name).write_text("launch code ZULU NINE\n")
     (ws / "docs" / "launch.md").write_text("the launch code is not written down\n")
     result = await search(kernel, query="launch code")
     assert result.status is Status.SUCCEEDED
@@ -164,7 +173,7 @@ async def test_a_file_only_the_path_guard_forbids_leaves_no_trace_in_result_or_a
     for ref in result.artifacts:
         raw = kernel.artifacts.read(ref.id)
         assert b"ZULU" not in raw
-        assert b"deploy.pem" not in raw
+        assert name.encode() not in raw
         shown = await kernel.call(run, "artifact.read", {"artifactId": ref.id})
         assert shown.status is Status.SUCCEEDED
         assert "ZULU" not in json.dumps(shown.projection())
@@ -198,17 +207,20 @@ async def test_a_timed_out_search_returns_none_of_ripgreps_unfiltered_output(ker
 
 
 @settings(max_examples=200, deadline=None)
-@given(cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=12))
+@given(cuts=st.lists(st.integers(min_value=0, max_value=4000), max_size=12))
 def test_the_begin_scanner_finds_the_same_suspects_however_the_output_is_cut(cuts):
     """ripgrep's output reaches the scanner in chunks of any size."""
     from toolkernel.tools.search import _BeginScanner
 
+    long_match = b'{"type":"match","data":{"lines":{"text":"' + b"x" * 3000 + b'"}}}'
     lines = [
         b'{"type":"begin","data":{"path":{"text":"./src/a.py"}}}',
         b'{"type":"match","data":{"path":{"text":"./src/a.py"},"lines":{"text":"x."}}}',
         b'{"type":"begin","data":{"path":{"text":"./keys/deploy.pem."}}}',
         b'{"type":"begin","data":{"path":{"bytes":"/w=="}}}',
         b'{"type":"begin","data":{"path":{"text":"./docs /x.md"}}}',
+        long_match,
+        '{"type":"begin","data":{"path":{"text":"./\u0130d_rsa"}}}'.encode(),
         b'{"type":"end","data":{"path":{"text":"./src/a.py"}}}',
     ]
     output = b"".join(line + b"\n" for line in lines)
@@ -218,4 +230,24 @@ def test_the_begin_scanner_finds_the_same_suspects_however_the_output_is_cut(cut
         scanner(output[at:cut])
         at = cut
     scanner(output[at:])
-    assert scanner.suspects() == [lines[2], lines[3], lines[4]]
+    assert scanner.suspects() == [lines[2], lines[3], lines[4], lines[6]]
+    every = _BeginScanner(every=True)
+    every(output)
+    assert every.suspects() == [lines[0], lines[2], lines[3], lines[4], lines[6]]
+
+
+async def test_a_configured_pattern_the_two_glob_dialects_read_apart_is_judged_by_the_guard(ws):
+    """ripgrep reads braces as alternation; the guard's pattern names the literal file:
+    with such a pattern configured, every file ripgrep reports is checked."""
+    config = 'extra_forbidden_paths = ["notes{1,2}.txt"]\n[[exposure]]\ntools = ["*"]\n'
+    (ws / "notes{1,2}.txt").write_text("launch code ZULU NINE\n")
+    (ws / "docs" / "launch.md").write_text("the launch code is not written down\n")
+    kernel = make_kernel(ws, config, workspace_tools=False)
+    try:
+        assert install(kernel) is not None
+        assert kernel.guard.is_forbidden("notes{1,2}.txt")
+        result = await search(kernel, query="launch code")
+    finally:
+        kernel.close()
+    assert [m["path"] for m in result.structured_output["matches"]] == ["docs/launch.md"]
+    assert "ZULU" not in str(result.projection())

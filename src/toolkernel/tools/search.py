@@ -55,11 +55,18 @@ _ARTIFACT: Final = "repo.search matches (rg --json)"
 # Every message about a file starts so (ripgrep's JSON printer writes the path first).
 _HEAD: Final = re.compile(rb'\{"type":"(begin|match|context|end)","data":\{"path":')
 _DECODER: Final = json.JSONDecoder()
-# A begin message whose path has a segment ending in a dot or a space, or is not
-# text (the possessive "./" keeps ripgrep's own prefix from counting).
+# A begin message whose path has a segment ending in a dot or a space, a character
+# beyond ASCII (or an escape), or is not text at all. The possessive "./" keeps
+# ripgrep's own prefix from counting.
 _SUSPECT: Final = re.compile(
-    rb'\{"type":"begin","data":\{"path":\{"(?:bytes"|text":"(?:\./)?+(?:[^"\\\n]|\\.)*?[. ](?:/|"))'
+    rb'\{"type":"begin","data":\{"path":\{"(?:bytes"|text":"(?:\./)?+'
+    rb'[^"\\\n\x80-\xff]*?(?:[. ](?:/|")|[\x80-\xff\\]))'
 )
+_BEGIN_PREFIX: Final = b'{"type":"begin"'
+_BEGIN: Final = re.compile(re.escape(_BEGIN_PREFIX))
+_BEGIN_MAX: Final = 1 << 16
+# Characters that the guard's globs and ripgrep's may read differently.
+_DIALECT: Final = re.compile(r"[{}\[\]\\]|[^\x00-\x7f]")
 _SUMMARY_TAIL: Final = 64 * 1024
 
 
@@ -102,7 +109,7 @@ async def repo_search(
         case_sensitive=caseSensitive,
         fixed_string=fixedString,
     )
-    scanner = _BeginScanner()
+    scanner = _BeginScanner(every=any(_DIALECT.search(pattern) for pattern in forbidden))
     try:
         result = await sandbox.run(argv, label="rg --json", on_stdout=scanner)
     except ToolFailed as failed:
@@ -226,28 +233,58 @@ class _BeginScanner:
     """Reads ripgrep's output as it is stored (on the event loop, while ripgrep still
     searches) for the ``begin`` messages the guard must judge itself.
 
-    ripgrep applied the forbidden globs (case-insensitively, as the guard does); the
-    guard also forbids a name once its segments' trailing dots and spaces are
-    trimmed (``key.pem.``), and a name that is not UTF-8 is not judged by its text.
-    Only files such as those are checked with the guard: a search reporting on
-    thousands of files costs no check per file.
+    ripgrep applied the forbidden globs (case-insensitively, like the guard, for
+    ASCII). The guard also forbids a name once its segments' trailing dots and spaces
+    are trimmed (``key.pem.``), folds case beyond ASCII as Python does (``İd_rsa``,
+    the Kelvin sign), and a name that is not UTF-8 is not judged by its text. Only
+    files such as those are checked with the guard, unless ``every``: configured
+    patterns the two glob dialects may read differently (braces, classes, escapes,
+    non-ASCII) have every file checked. Each chunk is looked at once: the part of a
+    line that is not a ``begin`` message is not kept, so a long line costs no more
+    than its length.
     """
 
-    def __init__(self) -> None:
-        self._carry = b""
+    def __init__(self, *, every: bool = False) -> None:
+        self._pattern = _BEGIN if every else _SUSPECT
+        self._carry: bytes | None = b""  # the line so far; None: not a begin line
         self._found: list[bytes] = []
 
     def __call__(self, chunk: bytes) -> None:
-        data = self._carry + chunk if self._carry else chunk
-        cut = data.rfind(b"\n") + 1
-        self._carry = data[cut:]
-        if cut:
-            for suspect in _SUSPECT.finditer(data, 0, cut):
-                self._found.append(data[suspect.start() : data.index(b"\n", suspect.start())])
+        start = 0
+        if self._carry != b"":  # first the end of the line the last chunk began
+            newline = chunk.find(b"\n")
+            if newline == -1:
+                self._extend(chunk)
+                return
+            self._extend(chunk[:newline])
+            if self._carry and self._pattern.match(self._carry):
+                self._found.append(self._carry)
+            self._carry, start = b"", newline + 1
+        last = chunk.rfind(b"\n")
+        if last >= start:
+            for begin in self._pattern.finditer(chunk, start, last + 1):
+                self._found.append(chunk[begin.start() : chunk.index(b"\n", begin.start())])
+            start = last + 1
+        self._extend(chunk[start:])
+
+    def _extend(self, part: bytes) -> None:
+        """Add to the line in progress, kept only while it may be a begin message."""
+        if self._carry is None or not part:
+            return
+        line = self._carry + part
+        if len(line) < len(_BEGIN_PREFIX):
+            self._carry = line if _BEGIN_PREFIX.startswith(line) else None
+        elif not line.startswith(_BEGIN_PREFIX):
+            self._carry = None
+        elif len(line) > _BEGIN_MAX:  # longer than any path makes one: cannot tell
+            self._found.append(line[:_BEGIN_MAX])
+            self._carry = None
+        else:
+            self._carry = line
 
     def suspects(self) -> list[bytes]:
         """The suspect ``begin`` lines; a begin line the output cap cut short too."""
-        cut = [self._carry] if self._carry.startswith(b'{"type":"begin"') else []
+        cut = [self._carry] if self._carry and self._carry.startswith(_BEGIN_PREFIX) else []
         return [*self._found, *cut]
 
 
