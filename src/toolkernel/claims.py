@@ -73,6 +73,13 @@ class KeyClaims:
                 del self._held[(tool_name, key)]
         self._ledger.release_key(tool_name, key, owner)
 
+    def abandon(self, tool_name: str, key: str, owner: str) -> None:
+        """Stop renewing a claim without releasing it: its call's result could not be
+        stored, so the claim is left to lapse with its lease (``LEASE_S``)."""
+        with self._lock:
+            if self._held.get((tool_name, key)) == owner:
+                del self._held[(tool_name, key)]
+
     def close(self) -> None:
         """Stop renewing (claims still held lapse with their lease)."""
         self._closing.set()
@@ -87,10 +94,13 @@ class KeyClaims:
                 held = list(self._held.items())
             for (tool_name, key), owner in held:
                 try:
-                    renewed = self._ledger.claim_key(tool_name, key, owner, LEASE_S)
+                    # Update only: a claim released meanwhile is not brought back.
+                    renewed = self._ledger.renew_key(tool_name, key, owner, LEASE_S)
                 except LedgerError as exc:
                     _log.warning("could not renew the claim of %s key %r: %s", tool_name, key, exc)
                     continue
-                if not renewed:
+                with self._lock:
+                    still_held = self._held.get((tool_name, key)) == owner
+                if not renewed and still_held:
                     # Lapsed while this process could not renew it (suspended, say).
                     _log.error("the claim of %s key %r was lost to another process", tool_name, key)

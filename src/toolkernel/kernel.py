@@ -238,7 +238,9 @@ class _Journal:
         stored: otherwise they run out with their lease."""
         for request, entry in self.held:
             _release(self._inflight, request, entry)
-            if entry.owner is not None and not self._events:
+            if entry.owner is not None and self._events:  # not stored: left to lapse
+                self._claims.abandon(request.tool_name, str(request.idempotency_key), entry.owner)
+            elif entry.owner is not None:
                 try:
                     self._claims.release(
                         request.tool_name, str(request.idempotency_key), entry.owner

@@ -313,6 +313,15 @@ class Ledger(abc.ABC):
         """
         return True
 
+    def renew_key(self, tool_name: str, key: str, owner: str, lease_s: float) -> bool:
+        """Extend the lease of a claim ``owner`` holds; False when it holds none (it
+        was released, or it lapsed and another took it). Never claims anew.
+
+        Raises:
+            LedgerError: the lease could not be extended.
+        """
+        return True
+
     def release_key(self, tool_name: str, key: str, owner: str) -> None:  # noqa: B027
         """Let go of a claim ``owner`` holds (nothing happens if it does not).
 

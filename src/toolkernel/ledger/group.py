@@ -111,6 +111,14 @@ class GroupCommitLedger(Ledger):
         self._raise_error()
         return self._inner.claim_key(tool_name, key, owner, lease_s)
 
+    def renew_key(self, tool_name: str, key: str, owner: str, lease_s: float) -> bool:
+        """The inner ledger's renewal, at once.
+
+        Raises:
+            LedgerError: the lease could not be extended.
+        """
+        return self._inner.renew_key(tool_name, key, owner, lease_s)
+
     def release_key(self, tool_name: str, key: str, owner: str) -> None:
         """Store what is queued (the key's result among it), then let go of the claim.
 

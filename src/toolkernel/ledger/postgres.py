@@ -164,6 +164,10 @@ _CLAIM: Final = (
     "ON CONFLICT (tool_name, key) DO UPDATE SET owner = excluded.owner, "
     "expires = excluded.expires WHERE c.expires < clock_timestamp() OR c.owner = excluded.owner"
 )
+_RENEW: Final = (
+    "UPDATE idempotency_claims SET expires = clock_timestamp() + make_interval(secs => %s) "
+    "WHERE tool_name = %s AND key = %s AND owner = %s"
+)
 _RELEASE: Final = "DELETE FROM idempotency_claims WHERE tool_name = %s AND key = %s AND owner = %s"
 
 _Conn = psycopg.Connection[tuple[Any, ...]]
@@ -319,6 +323,18 @@ class PostgresLedger(Ledger):
         with self._lock, self._translate("claim a key in"):
             taken = self._live().execute(_CLAIM, (tool_name, key, owner, lease_s))
             return taken.rowcount == 1
+
+    def renew_key(self, tool_name: str, key: str, owner: str, lease_s: float) -> bool:
+        """See :meth:`Ledger.renew_key`.
+
+        Raises:
+            LedgerError: the lease could not be extended.
+        """
+        if "\0" in tool_name or "\0" in key:
+            return True
+        with self._lock, self._translate("renew a key in"):
+            renewed = self._live().execute(_RENEW, (lease_s, tool_name, key, owner))
+            return renewed.rowcount == 1
 
     def release_key(self, tool_name: str, key: str, owner: str) -> None:
         """See :meth:`Ledger.release_key`.

@@ -147,6 +147,9 @@ _CLAIM: Final = (
     "expires = excluded.expires "
     "WHERE idempotency_claims.expires < ? OR idempotency_claims.owner = excluded.owner"
 )
+_RENEW: Final = (
+    "UPDATE idempotency_claims SET expires = ? WHERE tool_name = ? AND key = ? AND owner = ?"
+)
 _RELEASE: Final = "DELETE FROM idempotency_claims WHERE tool_name = ? AND key = ? AND owner = ?"
 
 
@@ -345,6 +348,16 @@ class SqliteLedger(Ledger):
         with self._lock, self._translate("claim a key in"):
             taken = self._live().execute(_CLAIM, (tool_name, key, owner, now + lease_s, now))
             return taken.rowcount == 1
+
+    def renew_key(self, tool_name: str, key: str, owner: str, lease_s: float) -> bool:
+        """See :meth:`Ledger.renew_key`.
+
+        Raises:
+            LedgerError: the lease could not be extended.
+        """
+        with self._lock, self._translate("renew a key in"):
+            renewed = self._live().execute(_RENEW, (time.time() + lease_s, tool_name, key, owner))
+            return renewed.rowcount == 1
 
     def release_key(self, tool_name: str, key: str, owner: str) -> None:
         """See :meth:`Ledger.release_key`.
