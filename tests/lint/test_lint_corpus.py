@@ -112,6 +112,25 @@ def test_error_poisoning_findings_on_at_most_1_percent_of_benign_tools(
     assert len(flagged) / len(tools) <= FALSE_POSITIVE_LIMIT, flagged
 
 
+def test_masking_what_the_model_is_shown_rejects_no_benign_tool(tmp_path: Path) -> None:
+    """The bridge masks secrets and host paths in a remote definition; one only where
+    a call is checked (an enum, a pattern) is refused. Identifiers and paths there are
+    not secrets: no benign tool is refused for them."""
+    from toolkernel.mcp import ServerConfig
+    from toolkernel.mcp.bridge import admit_tool
+    from toolkernel.redaction import Redactor
+
+    server = ServerConfig(name="fx", command=("true",))
+    redactor = Redactor(tmp_path / "ws")
+    refused = [
+        tool["name"]
+        for tool in benign_tools()
+        if any(r.rule == "SECRET" for r in admit_tool(server, tool, redactor=redactor).reasons)
+    ]
+    print(f"\nbenign tools refused for a secret where calls are checked: {len(refused)}/616")
+    assert refused == []
+
+
 def test_clean_descriptions_beside_the_attacks_are_not_flagged() -> None:
     fork = jsonl(POISONING / "mcp-injection-experiments-fork" / "descriptions.jsonl")
     clean = [

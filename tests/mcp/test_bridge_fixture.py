@@ -326,3 +326,50 @@ def test_only_a_plain_media_type_from_a_server_is_believed(tmp_path, declared, k
     item = _content_item(block, "fx.pic", ArtifactStore(tmp_path), "call_1", refs)
     assert item["mimeType"] == kept
     assert refs[0].media_type == kept
+
+
+TOKEN = "ghp_" + "Q7r8S9t0U1v2W3x4Y5z6A7b8C9d0E1f2G3h4"
+
+
+def _listed(**schema_extra: object) -> dict[str, object]:
+    return {
+        "name": "lookup",
+        "title": "Lookup " + "x" * 180 + " " + TOKEN,  # a token the 200-character cut would halve
+        "description": "Looks things up.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"q": {"type": "string", "maxLength": 100, **schema_extra}},
+            "additionalProperties": False,
+        },
+    }
+
+
+def test_every_text_of_a_remote_definition_is_masked_before_it_is_cut(workspace):
+    from toolkernel.mcp.bridge import admit_tool
+
+    kernel = open_kernel(workspace)
+    tool = _listed(
+        default=f"/home/alice/{TOKEN}",
+        examples=[f"token {TOKEN}"],
+        **{"$comment": f"see {TOKEN}"},
+    )
+    admission = admit_tool(
+        ServerConfig(name="fx", command=("true",)), tool, redactor=kernel.redactor
+    )
+    assert admission.definition is not None, admission.reasons
+    shown = str(admission.definition.to_dict())
+    assert TOKEN[:12] not in shown
+    assert "/home/alice" not in shown
+
+
+@pytest.mark.parametrize("where", [{"enum": [TOKEN]}, {"pattern": f"^{TOKEN}$"}])
+def test_a_secret_in_a_value_calls_are_checked_against_rejects_the_tool(workspace, where):
+    from toolkernel.mcp.bridge import admit_tool
+
+    kernel = open_kernel(workspace)
+    tool = _listed(**where)
+    admission = admit_tool(
+        ServerConfig(name="fx", command=("true",)), tool, redactor=kernel.redactor
+    )
+    assert admission.definition is None
+    assert [r.rule for r in admission.reasons] == ["SECRET"]

@@ -66,7 +66,15 @@ import stat
 import sys
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from functools import partial
@@ -233,12 +241,14 @@ def admit_tool(
     if errors:
         return Admission(server, tool, name, None, findings, errors)
     try:
-        data = _definition_data(server, name, tool)
-        definition = ToolDefinition.from_dict(
-            data if redactor is None else _masked_text(data, redactor)
-        )
+        shown = tool if redactor is None else _masked_tool(tool, redactor)
+        definition = ToolDefinition.from_dict(_definition_data(server, name, shown))
     except DefinitionError as exc:
         reason = RejectReason("DEFINITION", f"field '{exc.field}': {exc.problem}"[:300])
+        return Admission(server, tool, name, None, findings, (reason,))
+    except _Unmaskable as exc:
+        why = "a secret where masking it would change what calls are checked against"
+        reason = RejectReason("SECRET", why, exc.pointer[:300])
         return Admission(server, tool, name, None, findings, (reason,))
     return Admission(server, tool, name, definition, findings)
 
@@ -271,21 +281,82 @@ def _definition_data(server: ServerConfig, name: str, tool: Mapping[str, Any]) -
     return data
 
 
-_SHOWN_TEXT: Final = frozenset({"title", "description"})
+# Schema values a call is checked against: masking them would change the schema.
+_VALIDATED: Final = frozenset({"enum", "const", "pattern", "required", "type", "format"})
+# References, not text: left as they are.
+_REFERENCES: Final = frozenset({"$ref", "$schema", "$id", "$anchor", "$dynamicRef"})
+# What the redactor may find in an identifier without it being a secret: an enum of
+# item ids reads as high-entropy text, a pattern as a path.
+_NOT_SECRETS: Final = frozenset({"high-entropy", "host-path", "workspace-path"})
+_DESCRIPTION_MAX: Final = 4000
 
 
-def _masked_text(value: Any, redactor: Redactor) -> Any:
-    """``value`` with every title and description string masked, at any depth."""
-    if isinstance(value, Mapping):
-        return {
-            key: redactor.redact_text(item, Counter())
-            if key in _SHOWN_TEXT and isinstance(item, str)
-            else _masked_text(item, redactor)
-            for key, item in value.items()
-        }
+class _Unmaskable(Exception):
+    """A secret where masking would change what calls are checked against."""
+
+    def __init__(self, pointer: str) -> None:
+        super().__init__(pointer)
+        self.pointer = pointer
+
+
+def _masked_tool(tool: Mapping[str, Any], redactor: Redactor) -> dict[str, Any]:
+    """``tool`` as the model may see it: every text of it masked like output (titles,
+    descriptions, examples, defaults, comments, at any depth of its schemas).
+
+    Raises:
+        _Unmaskable: a secret (a token or key of a known form) in a property name or in
+            a value calls are validated against (``enum``, ``const``, ``pattern``, …).
+    """
+    shown = dict(_masked(tool, redactor, ""))
+    description, masked = tool.get("description"), shown.get("description")
+    if (
+        isinstance(description, str)
+        and isinstance(masked, str)
+        and len(masked) > _DESCRIPTION_MAX >= len(description)  # masks can be longer
+    ):
+        shown["description"] = masked[:_DESCRIPTION_MAX]
+    return shown
+
+
+def _masked(value: Any, redactor: Redactor, pointer: str) -> Any:
+    if isinstance(value, str):
+        return redactor.redact_text(value, Counter())
     if isinstance(value, list):
-        return [_masked_text(item, redactor) for item in value]
-    return value
+        return [_masked(item, redactor, f"{pointer}/{i}") for i, item in enumerate(value)]
+    if not isinstance(value, Mapping):
+        return value
+    shown: dict[str, Any] = {}
+    for key, item in value.items():
+        where = f"{pointer}/{key}"
+        if _holds_secret(key, redactor):  # a property name: what calls are checked for
+            raise _Unmaskable(where)
+        if key in _REFERENCES:
+            shown[key] = item
+        elif key in _VALIDATED:
+            if any(_holds_secret(text, redactor) for text in _strings(item)):
+                raise _Unmaskable(where)
+            shown[key] = item
+        else:
+            shown[key] = _masked(item, redactor, where)
+    return shown
+
+
+def _holds_secret(text: str, redactor: Redactor) -> bool:
+    """Whether ``text`` holds a secret of a known form (a token, a key)."""
+    found: Counter[str] = Counter()
+    redactor.redact_text(text, found)
+    return any(kind not in _NOT_SECRETS for kind in found)
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings(item)
 
 
 def _closed(schema: Any) -> tuple[Any, bool]:
@@ -1054,6 +1125,10 @@ async def _drop_if_stuck(client: Client, connection: ServerConnection) -> None:
             # tools/list, not ping: every protocol version has it (ping is gone from
             # the newest), and any server that still serves answers it.
             await client.list_tools(cache_mode="bypass")
+        except MCPError as exc:
+            if exc.code != types.CONNECTION_CLOSED:
+                return  # an error is an answer: the server is alive
+            connection.discard(client)
         except Exception:  # noqa: BLE001 - no answer of any kind: the same verdict
             _log.warning("MCP server %s is not answering; it is restarted", connection.config.name)
             connection.discard(client)
