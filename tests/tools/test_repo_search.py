@@ -251,3 +251,23 @@ async def test_a_configured_pattern_the_two_glob_dialects_read_apart_is_judged_b
         kernel.close()
     assert [m["path"] for m in result.structured_output["matches"]] == ["docs/launch.md"]
     assert "ZULU" not in str(result.projection())
+
+
+def test_output_the_cap_cut_before_ripgreps_summary_is_counted_not_guessed(tmp_path):
+    """Without ripgrep's closing summary, the totals are what was stored, not the
+    handful of matches parsed for the result."""
+    from toolkernel.artifacts import ArtifactStore
+    from toolkernel.tools.search import _collect
+
+    begin = b'{"type":"begin","data":{"path":{"text":"./src/a.py"}}}\n'
+    match = (
+        b'{"type":"match","data":{"path":{"text":"./src/a.py"},"lines":{"text":"hit\\n"},'
+        b'"line_number":1,"submatches":[{"match":{"text":"hit"},"start":0,"end":3}]}}\n'
+    )
+    stored = begin + match * 5 + begin.replace(b"a.py", b"b.py") + match + b'{"type":"ma'
+    store = ArtifactStore(tmp_path)
+    ref = store.put(stored, media_type="application/x-ndjson", producer="call_1")
+    found = _collect(
+        store, ref, len(stored), [], forbidden=lambda _: False, keep=2, producer="call_1"
+    )
+    assert (len(found.matches), found.total, found.files) == (2, 6, 2)

@@ -4,17 +4,18 @@
 ``.gitignore`` (also outside a git checkout: ``--no-require-git``), and every
 forbidden-path glob of the kernel is passed as a case-insensitive exclusion, last, so
 a caller's own globs cannot re-include one. The globs and the guard do not always
-agree (the guard also forbids ``key.pem.``, a name Windows file systems would trim to
-``key.pem``), so every message of ripgrep's output is checked with the kernel's path
-guard, and nothing about a path it forbids reaches the model: not the matches, not the
-counts, not the artifact.
+agree: the guard also forbids ``key.pem.`` (a name Windows file systems would trim to
+``key.pem``), folds case beyond ASCII, and reads a configured pattern in its own
+dialect. Nothing about a path the guard forbids reaches the model: not the matches,
+not the counts, not the artifact.
 
-ripgrep's output is streamed once, in a worker thread. Only each message's path is
-decoded, so a search with a million hits costs one pass over the output, not a million
-JSON parses; only the first ``maxResults`` matches are parsed whole. The messages
-about allowed paths are kept as the result's one artifact, closed by a summary line of
-our own: ripgrep's totals count what was dropped. ripgrep's raw output (and its
-stderr) stay out of the result, also when the search times out.
+ripgrep's output is looked at as it is written (``_BeginScanner``): the files it
+reports on whose names the globs could have judged otherwise are checked with the
+guard. Usually none is forbidden, and ripgrep's output is the artifact as it is,
+its totals its own; only the first ``maxResults`` matches are parsed. Otherwise the
+output is filtered message by message into an artifact of its own, closed by a
+summary line of ours (ripgrep's totals would count what was dropped). A search that
+times out returns none of its output.
 """
 
 from __future__ import annotations
@@ -222,10 +223,8 @@ def _collect(
     if not any(_forbidden_begin(line, forbidden) for line in suspects):
         with store.open(source.id) as handle:
             matches = list(itertools.islice(_matches(handle), keep))
-            stats = _summary(handle, size)
-        total = int(stats.get("matched_lines", len(matches)))
-        files = int(stats.get("searches_with_match", len({m["path"] for m in matches})))
-        return _Found(matches, total, files, source)
+            stats = _summary(handle, size) or _counted(handle)  # cut by the cap: count
+        return _Found(matches, stats["matched_lines"], stats["searches_with_match"], source)
     return _filter(store, source, forbidden=forbidden, keep=keep, producer=producer)
 
 
@@ -299,6 +298,16 @@ def _matches(handle: BinaryIO) -> Iterator[dict[str, Any]]:
     for raw in handle:
         if raw.startswith(b'{"type":"match"'):
             yield _match(json.loads(raw)["data"])
+
+
+def _counted(handle: BinaryIO) -> dict[str, int]:
+    """Matched lines and files in what was stored, when ripgrep's summary was cut off."""
+    handle.seek(0)
+    lines = files = 0
+    for raw in handle:
+        lines += raw.startswith(b'{"type":"match"')
+        files += raw.startswith(_BEGIN_PREFIX)
+    return {"matched_lines": lines, "searches_with_match": files}
 
 
 def _summary(handle: BinaryIO, size: int) -> dict[str, Any]:
