@@ -94,6 +94,7 @@ class ErrorCode(StrEnum):
     POLICY_VIOLATION = "POLICY_VIOLATION"
     SUPERSEDED = "SUPERSEDED"
     LEASE_LOST = "LEASE_LOST"
+    RUNTIME_STOPPED = "RUNTIME_STOPPED"
 
     # PARTIAL: succeeded, but the model sees only part of the output.
     OUTPUT_TRUNCATED = "OUTPUT_TRUNCATED"
@@ -351,6 +352,12 @@ CATALOG: Final[dict[ErrorCode, CodeInfo]] = {
     ),
     ErrorCode.LEASE_LOST: CodeInfo(
         _C, True, "This call of {tool} was stopped because its worker lost its lease."
+    ),
+    ErrorCode.RUNTIME_STOPPED: CodeInfo(
+        _C,
+        True,
+        "This call of {tool} was stopped because the runtime was shut down. "
+        "Repeat it once the runtime runs again.",
     ),
     ErrorCode.OUTPUT_TRUNCATED: CodeInfo(
         Status.PARTIAL,

@@ -241,3 +241,46 @@ def test_requests_too_deep_or_too_long_for_json_readers_get_a_parse_error(
         assert json.loads(answer.text)["error"]["code"] == types.PARSE_ERROR
     assert ping.status_code == 200
     assert '"id":3' in ping.text.replace(" ", "")
+
+
+def test_a_call_cut_short_by_stopping_the_server_is_recorded_as_a_shutdown(
+    workspace: Path,
+) -> None:
+    """SIGTERM to `serve --transport http` mid-call: the ledger says the runtime was
+    stopped (RUNTIME_STOPPED), not that a user cancelled the call."""
+    from gateway_harness import wait_for_result
+
+    server = HttpGateway(workspace)
+    run_ids: list[str] = []
+
+    async def main() -> None:
+        with anyio.fail_after(WAIT_S):
+            async with Client(server.url, mode="legacy") as client:
+                listed = await client.list_tools()
+                assert listed.meta is not None
+                run_ids.append(str(listed.meta[RUN_META]))
+                running = anyio.Event()
+
+                async def progressed(
+                    progress: float, total: float | None, text: str | None
+                ) -> None:
+                    running.set()  # fixture.wait reports progress once it runs
+
+                async def call() -> None:
+                    try:
+                        await client.call_tool("fixture.wait", {}, progress_callback=progressed)
+                    except Exception:  # the server went away mid-call
+                        return
+
+                async with anyio.create_task_group() as group:
+                    group.start_soon(call)
+                    await running.wait()
+                    assert await anyio.to_thread.run_sync(server.stop) == 0
+                    group.cancel_scope.cancel()
+
+    anyio.run(main)
+    recorded = anyio.run(wait_for_result, workspace, run_ids[0], "fixture.wait")
+    assert (recorded["status"], recorded["errorCode"]) == (
+        Status.CANCELLED,
+        ErrorCode.RUNTIME_STOPPED,
+    )

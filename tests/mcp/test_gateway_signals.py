@@ -111,7 +111,7 @@ def test_a_stop_signal_ends_the_server_and_its_calls_while_stdin_stays_open(
     assert "Traceback" not in errors
     recorded = anyio.run(wait_for_result, workspace, run_id, "fixture.wait")
     assert recorded["status"] == Status.CANCELLED
-    assert recorded["errorCode"] == ErrorCode.USER_CANCELLED
+    assert recorded["errorCode"] == ErrorCode.RUNTIME_STOPPED  # a shutdown, not a client's cancel
     verified = verify_ledger(workspace)
     assert verified.returncode == 0, verified.stdout + verified.stderr
 

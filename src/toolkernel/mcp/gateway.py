@@ -40,6 +40,7 @@ from contextlib import (
     suppress,
 )
 from pathlib import Path
+from types import FrameType
 from typing import Any, BinaryIO, Final, Literal
 
 import anyio
@@ -113,6 +114,9 @@ class Gateway:
 
     def __init__(self, kernel: Kernel) -> None:
         self.kernel = kernel
+        # Set when the server is being shut down (a signal): the calls that cuts short
+        # are recorded RUNTIME_STOPPED, not as a client's cancel.
+        self.stopping = False
         self._runs: OrderedDict[str, Run] = OrderedDict()
         # Per session that listed tools, the session object of its last tools/list:
         # told when the tools change (it notifies over the connection, not the request).
@@ -200,8 +204,9 @@ class Gateway:
                 await done.wait()
             finally:
                 if not done.is_set():
-                    stop.cancel(ErrorCode.USER_CANCELLED)
-                    run.cancel_call(call_id, ErrorCode.USER_CANCELLED)
+                    why = ErrorCode.RUNTIME_STOPPED if self.stopping else ErrorCode.USER_CANCELLED
+                    stop.cancel(why)
+                    run.cancel_call(call_id, why)
 
         async with anyio.create_task_group() as group:
             group.start_soon(cancel_when_interrupted)
@@ -383,29 +388,34 @@ async def _serve(
     port: int,
     extensions: Sequence[KernelExtension],
 ) -> None:
+    gateway = Gateway(kernel)
     async with anyio.create_task_group() as stoppable:
+
+        def stop() -> None:
+            gateway.stopping = True
+            stoppable.cancel_scope.cancel()
+
         # Over stdio a signal stops the server from the start (connecting the bridged
         # servers may take a while too); over HTTP, uvicorn catches signals itself.
         if transport == "stdio" and threading.current_thread() is threading.main_thread():
-            stoppable.start_soon(_stop_on_signal, stoppable.cancel_scope)
+            stoppable.start_soon(_stop_on_signal, stop)
         async with _extended(kernel, extensions), anyio.create_task_group() as group:
-            gateway = Gateway(kernel)
             server = build_server(kernel, gateway)
             group.start_soon(gateway.announce_changes)
             if transport == "stdio":
                 await _serve_stdio(server, kernel)
             else:
-                await _serve_http(server, host, port)
+                await _serve_http(server, host, port, gateway)
             group.cancel_scope.cancel()
         stoppable.cancel_scope.cancel()
 
 
-async def _stop_on_signal(scope: anyio.CancelScope) -> None:
-    """Cancel ``scope`` on SIGINT or SIGTERM; a second one finds the default handler."""
+async def _stop_on_signal(stop: Callable[[], None]) -> None:
+    """``stop`` on SIGINT or SIGTERM; a second one finds the default handler."""
     with anyio.open_signal_receiver(*_STOP_SIGNALS) as signals:
         async for signum in signals:
             _log.info("stopping on %s", signal.Signals(signum).name)
-            scope.cancel()
+            stop()
 
 
 async def _serve_stdio(server: Server[Any], kernel: Kernel) -> None:
@@ -611,10 +621,14 @@ _SCALARS: Final = json.JSONDecoder(parse_int=_int_or_none)
 _ANY_STRING: Final = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 
 
-async def _serve_http(server: Server[Any], host: str, port: int) -> None:
+async def _serve_http(server: Server[Any], host: str, port: int, gateway: Gateway) -> None:
     import uvicorn
 
     class Uvicorn(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            gateway.stopping = True
+            super().handle_exit(sig, frame)
+
         @contextmanager
         def capture_signals(self) -> Iterator[None]:
             # uvicorn re-raises the signal after its graceful shutdown, which would end
