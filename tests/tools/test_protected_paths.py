@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -148,7 +149,7 @@ def test_a_policy_file_planted_by_a_command_that_then_times_out_is_still_reporte
 
 
 def test_a_planted_tree_without_write_permission_is_removed(tmp_path: Path):
-    from toolkernel.tools.planted import PolicySnapshot, _restore_owner_access
+    from toolkernel.tools.planted import PolicySnapshot, _grant_tree_at
 
     planted = tmp_path / "toolkernel.toml"
     (planted / "a" / "b").mkdir(parents=True)
@@ -156,7 +157,11 @@ def test_a_planted_tree_without_write_permission_is_removed(tmp_path: Path):
     for directory in (planted / "a" / "b", planted / "a", planted, tmp_path):
         directory.chmod(0o500)
     try:
-        _restore_owner_access(planted)  # what removal does after a permission error
+        parent = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            _grant_tree_at(parent, planted.name)  # what removal does after a permission error
+        finally:
+            os.close(parent)
         for directory in (planted, planted / "a", planted / "a" / "b"):
             assert directory.stat().st_mode & 0o700 == 0o700
         outcome = PolicySnapshot({planted: None}).restore()

@@ -180,6 +180,31 @@ def test_the_agent_loop_stamps_calls_with_the_current_trace(tmp_path, provider):
     assert [r.payload["traceContext"] for r in requests] == [expected]
 
 
+# A subprocess's own tracer provider, exporting to memory (``exporter``): the global
+# provider can be set once per process.
+IN_MEMORY_TRACING = """
+import json
+from pathlib import Path
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from toolkernel.testing import make_kernel
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+"""
+
+
+def run_traced(code: str) -> str:
+    """``run_python`` after ``IN_MEMORY_TRACING``."""
+    return run_python(IN_MEMORY_TRACING + textwrap.dedent(code))
+
+
 def run_python(code: str) -> str:
     completed = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
@@ -248,23 +273,9 @@ def test_the_global_tracer_provider_is_untouched_by_these_tests():
 
 
 def test_a_kernel_call_emits_one_span_per_call_in_the_callers_trace(tmp_path):
-    output = run_python(
+    output = run_traced(
         f"""
-    import json
-    from pathlib import Path
-
-    from opentelemetry import trace
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
     from toolkernel.loop import AgentLoop
-    from toolkernel.testing import make_kernel
-
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    trace.set_tracer_provider(provider)
 
     message = {{
         "content": [
@@ -296,24 +307,11 @@ def test_a_kernel_call_emits_one_span_per_call_in_the_callers_trace(tmp_path):
 
 def test_two_runs_using_the_same_call_id_at_once_each_get_their_span(tmp_path):
     # Call ids are unique within a run only: providers number them from 0 each turn.
-    output = run_python(
+    output = run_traced(
         f"""
-    import json
-    from pathlib import Path
-
     import anyio
-    from opentelemetry import trace
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from toolkernel.functions import tool
-    from toolkernel.testing import make_kernel
-
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    trace.set_tracer_provider(provider)
 
     @tool("job.wait")
     async def wait() -> str:

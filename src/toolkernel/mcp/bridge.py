@@ -1128,12 +1128,11 @@ async def _drop_if_stuck(client: Client, connection: ServerConnection) -> None:
         except MCPError as exc:
             if exc.code != types.CONNECTION_CLOSED:
                 return  # an error is an answer: the server is alive
-            connection.discard(client)
-        except Exception:  # noqa: BLE001 - no answer of any kind: the same verdict
-            _log.warning("MCP server %s is not answering; it is restarted", connection.config.name)
-            connection.discard(client)
-        return
-    _log.warning("MCP server %s is stuck; it is stopped and restarted", connection.config.name)
+        except Exception:  # noqa: BLE001, S110 - no answer of any kind: the same verdict
+            pass
+        else:
+            return
+    _log.warning("MCP server %s is not answering; it is restarted", connection.config.name)
     connection.discard(client)
 
 

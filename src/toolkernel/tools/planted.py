@@ -147,13 +147,7 @@ class PolicySnapshot:
         raises: what cannot be undone is in ``Planted.left`` (and logged as an error).
         """
         changed = [p for p in now if p not in self.files and p not in self.links]
-        for path, target in self.links.items():
-            if self._inspect(path) != _Seen("link", target=target):
-                changed.append(path)
-        for path, content in self.files.items():
-            expected = _Seen("absent") if content is None else _Seen("file", content=content)
-            if self._inspect(path) != expected:
-                changed.append(path)
+        changed += [p for p in (*self.links, *self.files) if self._inspect(p) != self._expected(p)]
         if not changed:
             return Planted()
         found: list[Path] = []
@@ -183,6 +177,13 @@ class PolicySnapshot:
     def _inspect(self, path: Path) -> _Seen:
         return _inspect(self._root(path), path)
 
+    def _expected(self, path: Path) -> _Seen:
+        """What the snapshot says stands at ``path`` (nothing, for a new one)."""
+        if path in self.links:
+            return _Seen("link", target=self.links[path])
+        content = self.files.get(path)
+        return _Seen("absent") if content is None else _Seen("file", content=content)
+
     def _put_back(self, path: Path, kept: list[Path]) -> bool:
         """Make ``path`` what the snapshot says, through directories opened without
         following symlinks; whether it is so now."""
@@ -201,13 +202,7 @@ class PolicySnapshot:
                     os.symlink(target, name, dir_fd=parent.fd)
         except OSError:
             return False
-        return self._inspect(path) == (
-            _Seen("link", target=target)
-            if target is not None
-            else _Seen("absent")
-            if content is None
-            else _Seen("file", content=content)
-        )
+        return self._inspect(path) == self._expected(path)
 
     def _aside(self, kept: list[Path]) -> Callable[[int, str, Path], bool]:
         """Moves an entry into the quarantine folder; False when it cannot."""
@@ -429,13 +424,3 @@ def _grant_tree_at(dir_fd: int, name: str) -> None:
                 _grant_owner_at(fd, sub)
     finally:
         os.close(top)
-
-
-def _restore_owner_access(path: Path) -> None:
-    """``_grant_tree_at`` for ``path``, from its parent directory."""
-    with suppress(OSError):
-        parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            _grant_tree_at(parent, path.name)
-        finally:
-            os.close(parent)

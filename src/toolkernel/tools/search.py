@@ -289,9 +289,10 @@ class _BeginScanner:
 
 def _forbidden_begin(line: bytes, forbidden: Callable[[str], bool]) -> bool:
     try:
-        return forbidden(_text(json.loads(line)["data"]["path"]).removeprefix("./"))
-    except (ValueError, KeyError, TypeError):
-        return True  # cannot tell: filter
+        message = _kind_and_path(line)
+    except (KeyError, TypeError, ValueError):
+        message = None
+    return message is None or forbidden(message[1])  # cannot tell: filter
 
 
 def _matches(handle: BinaryIO) -> Iterator[dict[str, Any]]:
