@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from toolkernel.policy import Action
 from toolkernel.tools import (
@@ -141,3 +143,61 @@ def test_a_rule_naming_an_operand_matches_whatever_other_options_rm_gets(argv):
         )
     )
     assert check_command(argv, policy) is Action.DENY
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["git", "reset", "-q", "--hard"],
+        ["git", "reset", "--quiet", "--hard", "HEAD~1"],
+        ["git", "reset", "HEAD~1", "--hard"],
+        ["git", "-C", ".", "reset", "--no-recurse-submodules", "--hard"],
+        ["git", "reset", "--har", "HEAD"],  # git takes unambiguous abbreviations
+        ["sh", "-c", "git reset -q --hard origin/main"],
+    ],
+)
+def test_a_git_option_a_rule_names_matches_wherever_it_stands(argv):
+    assert check_command(argv, DEFAULT_COMMAND_POLICY) is Action.ASK
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["git", "reset", "-q", "HEAD~1"],
+        ["git", "reset", "--", "--hard"],  # a path named --hard
+        ["git", "checkout", "--hard"],  # another subcommand
+        ["git", "log", "--grep", "reset", "--hard"],
+    ],
+)
+def test_a_rule_option_only_matches_as_an_option_of_the_named_subcommand(argv):
+    assert check_command(argv, DEFAULT_COMMAND_POLICY) is Action.ALLOW
+
+
+def test_a_rule_with_an_operand_and_an_option_matches_them_in_any_arrangement():
+    policy = CommandPolicy(
+        (
+            CommandRule(("git", "push"), Action.ASK),
+            CommandRule(("git", "push", "origin", "--force"), Action.DENY),
+        )
+    )
+    assert check_command(["git", "push", "--force", "origin", "main"], policy) is Action.DENY
+    assert check_command(["git", "push", "origin", "main", "--force"], policy) is Action.DENY
+    assert check_command(["git", "push", "upstream", "--force"], policy) is Action.ASK
+    assert check_command(["git", "push", "origin", "--force-with-lease"], policy) is Action.ASK
+
+
+_OPTIONS = st.lists(
+    st.sampled_from(["-q", "--quiet", "--no-recurse-submodules", "-v", "--keep"]), max_size=4
+)
+
+
+@given(before=_OPTIONS, after=_OPTIONS, target=st.sampled_from(["HEAD", "HEAD~1", "main"]))
+def test_options_around_the_one_a_rule_names_never_change_the_verdict(before, after, target):
+    """Property: however other options and the operand are arranged around ``--hard``,
+    the rule ``git reset --hard`` decides."""
+    for argv in (
+        ["git", "reset", *before, "--hard", *after, target],
+        ["git", "reset", *before, target, *after, "--hard"],
+        ["git", "reset", target, *before, "--hard", *after],
+    ):
+        assert check_command(argv, DEFAULT_COMMAND_POLICY) is Action.ASK, argv

@@ -8,12 +8,15 @@
     check_command(["git", "push", "origin", "main"], policy)   # Action.ASK
 
 The longest matching prefix decides; between rules of equal length the strictest
-(deny, then ask) wins. Program names are compared by basename, so ``/usr/bin/curl``
-is ``curl``. Common wrappers are looked through with their options (``env A=1
-curl``, ``env -C dir curl``, ``timeout -s KILL 5 curl``, ``nice``, ``nohup``), and
-the script of ``sh -c``/``bash -c`` is split into its simple commands, each checked,
-the strictest verdict kept. A script that cannot be parsed needs approval, and so
-does ``env -S``, whose command is a string env splits itself.
+(deny, then ask) wins. A prefix is matched by its program and operands in order, and
+by its options wherever they stand: ``git reset -q --hard HEAD`` and ``git push origin
+--force`` match the rules ``git reset --hard`` and ``git push --force``. Program
+names are compared by basename, so ``/usr/bin/curl`` is ``curl``. Common wrappers are
+looked through with their options (``env A=1 curl``, ``env -C dir curl``, ``timeout
+-s KILL 5 curl``, ``nice``, ``nohup``), and the script of ``sh -c``/``bash -c`` is
+split into its simple commands, each checked, the strictest verdict kept. A script
+that cannot be parsed needs approval, and so does ``env -S``, whose command is a
+string env splits itself.
 
 Commands and rule prefixes are compared in one spelling: ``rm``'s recursive and force
 flags, however written (``-Rf``, ``-r -f``, ``--recursive --force``, ``-rfv``), are
@@ -147,20 +150,69 @@ def command_approval_reasons(argv: Sequence[str], policy: CommandPolicy) -> tupl
 
 
 def _judge(command: tuple[str, ...], policy: CommandPolicy) -> CommandVerdict:
-    spelled = _canonical(command)
+    spelled = _Shape.of(command)
     best: CommandRule | None = None
     best_length = 0
     for rule in policy.rules:
-        prefix = _canonical(rule.prefix)
-        if not prefix or spelled[: len(prefix)] != prefix:
+        prefix = _Shape.of(rule.prefix)
+        if not prefix.words or not spelled.matches(prefix):
             continue
+        length = len(prefix.words)
         if (
             best is None
-            or len(prefix) > best_length
-            or (len(prefix) == best_length and _STRICTNESS[rule.action] > _STRICTNESS[best.action])
+            or length > best_length
+            or (length == best_length and _STRICTNESS[rule.action] > _STRICTNESS[best.action])
         ):
-            best, best_length = rule, len(prefix)
+            best, best_length = rule, length
     return CommandVerdict(best.action if best else policy.default, command, best)
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """A command, or a rule's prefix, as rules are matched: its canonical words, the
+    program and operands in order, and its options as a set (their order, and where
+    they stand among the operands, changes nothing about what the program does)."""
+
+    words: tuple[str, ...]
+    operands: tuple[str, ...]
+    options: frozenset[str]
+
+    @classmethod
+    def of(cls, command: Sequence[str]) -> _Shape:
+        words = _canonical(command)
+        operands: list[str] = []
+        options: set[str] = set()
+        for at, word in enumerate(words[1:], start=1):
+            if word == "--":  # the rest are operands, whatever they look like
+                operands += words[at + 1 :]
+                break
+            if word.startswith("-") and word != "-":
+                options.add(word)
+            else:
+                operands.append(word)
+        return cls(words, (*words[:1], *operands), frozenset(options))
+
+    def matches(self, prefix: _Shape) -> bool:
+        """Whether ``prefix``'s program and operands begin this command's, and each of
+        its options is among this command's (``git reset -q --hard`` is a ``git reset
+        --hard``). git takes any unambiguous abbreviation of a subcommand's long option,
+        so ``--har`` counts as ``--hard``."""
+        if self.operands[: len(prefix.operands)] != prefix.operands:
+            return False
+        git = self.words[0] == "git"
+        return all(
+            option in self.options or (git and _abbreviated(option, self.options))
+            for option in prefix.options
+        )
+
+
+def _abbreviated(option: str, given: frozenset[str]) -> bool:
+    """Whether a long ``option`` is among ``given`` shortened (``--har``), or with a
+    value attached (``--hard=x``)."""
+    if not option.startswith("--"):
+        return False
+    names = {word.partition("=")[0] for word in given if word.startswith("--")}
+    return any(len(name) > 2 and option.startswith(name) for name in names)
 
 
 def _canonical(words: Sequence[str]) -> tuple[str, ...]:
