@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import math
 import re
 import threading
 import time
@@ -100,6 +101,8 @@ _SANDBOXED = frozenset(
     {ExecutionMode.SANDBOX_READ_ONLY, ExecutionMode.SANDBOX_WRITE, ExecutionMode.PROCESS}
 )
 _RECORDABLE = frozenset({Status.SUCCEEDED, Status.PARTIAL, Status.FAILED})
+_MAX_PROGRESS_EVENTS: Final = 1000  # per call; later reports reach the listener only
+_MAX_PROGRESS_MESSAGE: Final = 1000  # characters of a progress message that are kept
 _log = logging.getLogger(__name__)
 
 
@@ -140,6 +143,7 @@ class _Admitted:
     decision: Decision
     inflight: _Inflight | None
     progress: list[NewEvent] = field(default_factory=list)
+    progress_dropped: int = 0  # reports past _MAX_PROGRESS_EVENTS
     started_at: str = ""
 
 
@@ -742,15 +746,26 @@ class Kernel:
         run.started(call_id, token)
 
         def report(progress: float, total: float | None, message: str | None) -> None:
-            admitted.progress.append(
-                NewEvent(
-                    EventType.TOOL_CALL_PROGRESS,
-                    {"progress": progress, "total": total, "message": message},
-                    call_id,
+            # What a tool (or a remote server) reports is untrusted like its output: the
+            # numbers must be finite, the message is cut and redacted, and a call keeps
+            # at most _MAX_PROGRESS_EVENTS of them in the ledger.
+            number, total = _finite(progress), _finite(total)
+            message = self._progress_message(message)
+            if len(admitted.progress) < _MAX_PROGRESS_EVENTS:
+                admitted.progress.append(
+                    NewEvent(
+                        EventType.TOOL_CALL_PROGRESS,
+                        {"progress": number, "total": total, "message": message},
+                        call_id,
+                    )
                 )
-            )
-            if on_progress is not None:
-                on_progress(call_id, progress, total, message)
+            else:
+                admitted.progress_dropped += 1
+            if on_progress is not None and number is not None:
+                try:
+                    on_progress(call_id, number, total, message)
+                except Exception:  # noqa: BLE001 - the listener's failure is not the tool's
+                    _log.exception("the progress listener failed on call %s", call_id)
 
         def make_context() -> ToolContext:
             return ToolContext(
@@ -780,6 +795,14 @@ class Kernel:
             run.calls.pop(call_id, None)
             run.token.release(token)
 
+    def _progress_message(self, message: object) -> str | None:
+        if not isinstance(message, str) or not message:
+            return None
+        text = message[:_MAX_PROGRESS_MESSAGE]
+        if not text.isascii():  # a lone surrogate has no UTF-8 form to store
+            text = text.encode("utf-8", "replace").decode("utf-8")
+        return self.redactor.redact_text(text, Counter())
+
     def _finish(self, admitted: _Admitted, outcome: Outcome) -> _Finished:
         """normalize → artifactize → redact: the result and its events, not yet written.
 
@@ -806,7 +829,7 @@ class Kernel:
             tool_call_id=request.tool_call_id,
             status=outcome.status,
             error_code=outcome.code,
-            safe_message=outcome.message,
+            safe_message=_utf8(outcome.message),  # a tool's own message may hold any text
             structured_output=outcome.output,
             artifacts=outcome.artifacts,
             usage=Usage(outcome.attempts, outcome.duration_ms, admitted.decision.cost),
@@ -818,8 +841,11 @@ class Kernel:
         index = (tool.name, key) if key and result.status in _RECORDABLE else None
         payload = _result_payload(request, result, tool.definition.version)
         payload["flaggedForReview"] = admitted.decision.audit
+        if admitted.progress_dropped:
+            outcome.internal["progressDropped"] = admitted.progress_dropped
         if outcome.internal:
-            payload["internal"] = outcome.internal
+            # A traceback quotes the tool's exception, which may hold any text.
+            payload["internal"] = _utf8(outcome.internal)
         events = [
             *admitted.progress,
             NewEvent(EventType.TOOL_CALL_RESULT, payload, request.tool_call_id, index_key=index),
@@ -1304,6 +1330,31 @@ _TEXT_FIELDS: Final = (
     "trace_context",
     "requested_by",
 )
+
+
+def _finite(value: object) -> float | None:
+    """A reported progress number as a finite float, or ``None`` (NaN, a string, …)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond any float
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _utf8(value: Any) -> Any:
+    """``value`` with every string that has no UTF-8 form (a lone surrogate) spelled with
+    backslash escapes, through dicts and lists: what the ledger can store."""
+    if isinstance(value, str):
+        if value.isascii():
+            return value
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_utf8(k): _utf8(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_utf8(item) for item in value]
+    return value
 
 
 def _storable(call: ToolCall) -> ToolCall:

@@ -10,6 +10,7 @@ import pytest
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.context import ToolContext
 from toolkernel.dispatch import Outcome
+from toolkernel.errors import ToolFailed
 from toolkernel.functions import tool
 from toolkernel.kernel import Kernel
 from toolkernel.ledger import EventType
@@ -64,6 +65,81 @@ async def test_progress_events_come_between_started_and_result(kernel_factory):
         EventType.TOOL_CALL_RESULT,
     ]
     assert [s[1] for s in seen] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("mutating", [False, True])
+async def test_progress_a_tool_reports_is_made_storable_and_safe(kernel_factory, mutating):
+    # NaN once made the call raise and lost its events; a message is untrusted output.
+    @tool("job.odd", mutating=mutating)
+    async def odd(ctx: ToolContext) -> str:
+        """Report odd progress."""
+        ctx.progress(float("nan"), float("inf"), "in /root/private/dir \ud800 ghp_" + "a" * 36)
+        ctx.progress(10**400, "3", "x" * 5000)  # type: ignore[arg-type]
+        ctx.progress(1, 2, 42)  # type: ignore[arg-type]
+        return "done"
+
+    kernel = kernel_factory()
+    kernel.register(odd)
+    run = kernel.start_run(profile="full")
+    seen = []
+    result = await kernel.call(run, "job.odd", {}, on_progress=lambda *a: seen.append(a[1:]))
+    assert result.status is Status.SUCCEEDED
+    progress = [
+        e.payload for e in kernel.ledger.events(run.id) if e.type is EventType.TOOL_CALL_PROGRESS
+    ]
+    assert [(p["progress"], p["total"]) for p in progress] == [(None, None), (None, None), (1, 2)]
+    first = progress[0]["message"]
+    assert "/root/private" not in first
+    assert "ghp_" not in first
+    assert "\ud800" not in first
+    assert len(progress[1]["message"]) == 1000
+    assert progress[2]["message"] is None
+    assert seen == [(1.0, 2.0, None)]  # the listener gets usable numbers only
+    assert kernel.ledger.verify().ok
+
+
+async def test_progress_past_the_cap_is_counted_not_stored_and_a_failing_listener_is_ignored(
+    kernel_factory,
+):
+    @tool("job.chatty")
+    async def chatty(ctx: ToolContext) -> str:
+        """Report a lot."""
+        for i in range(1005):
+            ctx.progress(i)
+        return "done"
+
+    def listener(*args: object) -> None:
+        raise RuntimeError("the host's listener broke")
+
+    kernel = kernel_factory()
+    kernel.register(chatty)
+    run = kernel.start_run()
+    result = await kernel.call(run, "job.chatty", {}, on_progress=listener)
+    assert result.status is Status.SUCCEEDED
+    events = kernel.ledger.events(run.id)
+    assert sum(e.type is EventType.TOOL_CALL_PROGRESS for e in events) == 1000
+    assert events[-1].payload["internal"]["progressDropped"] == 5
+
+
+@pytest.mark.parametrize("raised", ["exception", "tool_failed"])
+async def test_a_tool_message_without_a_utf8_form_is_escaped_not_fatal(kernel_factory, raised):
+    @tool("job.bad")
+    def bad() -> str:
+        """Fail with a lone surrogate in the message."""
+        if raised == "exception":
+            raise ValueError("bad \ud800 text")
+        raise ToolFailed("bad \ud800 text")
+
+    kernel = kernel_factory()
+    kernel.register(bad)
+    run = kernel.start_run()
+    result = await kernel.call(run, "job.bad", {})
+    assert (result.status, result.error_code) == (Status.FAILED, ErrorCode.TOOL_ERROR)
+    result.safe_message.encode("utf-8")  # storable and sendable
+    (stored,) = [e for e in kernel.ledger.events(run.id) if e.type is EventType.TOOL_CALL_RESULT]
+    if raised == "exception":
+        assert "bad \\ud800 text" in stored.payload["internal"]["traceback"]
+    assert kernel.ledger.verify().ok
 
 
 async def test_replay_rebuilds_tool_messages_from_the_ledger_alone(kernel_factory):
