@@ -120,6 +120,10 @@ class NativeAdapter:
         self._limiter = anyio.CapacityLimiter(max_threads)
         self._workers = _Workers(max_threads)
 
+    def close(self) -> None:
+        """End the idle worker threads (busy ones end when their tool returns)."""
+        self._workers.close()
+
     async def invoke(self, invocation: Invocation) -> Any:
         tool = invocation.tool
         handler = tool.handler
@@ -157,7 +161,21 @@ class NativeAdapter:
         )
 
 
-_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[], Any]]
+class _Job:
+    """One sync tool call for a worker thread, and where its thread stands with it."""
+
+    __slots__ = ("abandoned", "fn", "future", "loop", "running")
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], fn: Callable[[], Any]
+    ) -> None:
+        self.loop, self.future, self.fn = loop, future, fn
+        self.running = False
+        self.abandoned = False  # the caller stopped waiting while it ran
+
+
+_IDLE_S: Final = 60.0  # a worker thread with nothing to do this long ends
+_MAX_ABANDONED: Final = 64  # threads kept past max_threads for tools nobody waits for
 
 
 class _Workers:
@@ -165,57 +183,108 @@ class _Workers:
 
     A job never waits behind a busy thread while fewer than ``max_threads`` exist: a
     tool that was abandoned (timeout, cancel) keeps its thread, and the next job gets an
-    idle thread or a new one. Past ``max_threads`` jobs queue, in order.
+    idle thread or a new one. Past ``max_threads`` jobs queue, in order. A thread whose
+    tool was abandoned does not count against ``max_threads`` (up to ``_MAX_ABANDONED``
+    of them), so tools that hang cannot starve the rest; a job whose caller stopped
+    waiting before a thread took it never runs; a thread idle for ``_IDLE_S`` ends.
     """
 
     def __init__(self, max_threads: int) -> None:
-        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._max = max_threads
         self._threads = 0
+        self._abandoned = 0  # threads running a job whose caller stopped waiting
         self._idle = 0  # threads waiting for a job that no submit has claimed
         self._backlog = 0  # queued jobs that no idle thread was claimed for
 
     def submit(
         self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], fn: Callable[[], Any]
     ) -> None:
-        job = (loop, future, fn)
+        job = _Job(loop, future, fn)
+        future.add_done_callback(partial(self._settled, job))
         with self._lock:
             if self._idle:
                 self._idle -= 1
-            elif self._threads < self._max:
-                self._threads += 1
-                threading.Thread(
-                    target=self._work,
-                    args=(job,),
-                    name=f"toolkernel-{self._threads}",
-                    daemon=True,
-                ).start()
+            elif self._may_grow():
+                self._start(job)
                 return
             else:
                 self._backlog += 1
         self._jobs.put(job)
 
-    def _work(self, job: _Job) -> None:
+    def close(self) -> None:
+        """End the idle threads now; busy ones end when their tool returns."""
+        with self._lock:
+            idle, self._idle = self._idle, 0
+            self._threads -= idle
+        for _ in range(idle):
+            self._jobs.put(None)
+
+    def _may_grow(self) -> bool:
+        return (
+            self._threads - self._abandoned < self._max
+            and self._threads < self._max + _MAX_ABANDONED
+        )
+
+    def _start(self, job: _Job | None) -> None:
+        self._threads += 1
+        threading.Thread(
+            target=self._work, args=(job,), name=f"toolkernel-{self._threads}", daemon=True
+        ).start()
+
+    def _settled(self, job: _Job, future: asyncio.Future[Any]) -> None:
+        """On the caller's loop: a cancelled future whose job runs abandons its thread,
+        which then no longer holds a place that a queued job could use."""
+        if not future.cancelled():
+            return
+        with self._lock:
+            if not job.running or job.abandoned:
+                return
+            job.abandoned = True
+            self._abandoned += 1
+            if self._backlog and self._may_grow():
+                self._backlog -= 1
+                self._start(None)  # it takes the oldest queued job
+
+    def _work(self, job: _Job | None) -> None:
         while True:
-            _run(job)
+            if job is not None:
+                self._run(job)
+                with self._lock:
+                    if self._backlog:
+                        self._backlog -= 1
+                    else:
+                        self._idle += 1
             del job  # drop the finished job's result before waiting for the next
+            try:
+                job = self._jobs.get(timeout=_IDLE_S)
+            except queue.Empty:
+                with self._lock:
+                    if self._idle:  # no submit claimed this thread meanwhile
+                        self._idle -= 1
+                        self._threads -= 1
+                        return
+                job = self._jobs.get()  # claimed: its job is on the way
+            if job is None:  # close()
+                return
+
+    def _run(self, job: _Job) -> None:
+        with self._lock:
+            if job.future.done():  # the caller stopped waiting before it started
+                return
+            job.running = True
+        try:
+            result = job.fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task as is
+            _deliver(job.loop, _set_exception, job.future, exc)
+        else:
+            _deliver(job.loop, _set_result, job.future, result)
+        finally:
             with self._lock:
-                if self._backlog:
-                    self._backlog -= 1
-                else:
-                    self._idle += 1
-            job = self._jobs.get()
-
-
-def _run(job: _Job) -> None:
-    loop, future, fn = job
-    try:
-        result = fn()
-    except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task as is
-        _deliver(loop, _set_exception, future, exc)
-    else:
-        _deliver(loop, _set_result, future, result)
+                job.running = False
+                if job.abandoned:
+                    self._abandoned -= 1
 
 
 def _deliver(

@@ -310,7 +310,8 @@ class Kernel:
         self.approver = approver
         self.artifacts = ArtifactStore(self.config.state_dir / "artifacts")
         self.redactor = Redactor(self.guard.workspace, secrets)
-        self.adapters: dict[ExecutionMode, Adapter] = {ExecutionMode.NATIVE: NativeAdapter()}
+        self._native = NativeAdapter()
+        self.adapters: dict[ExecutionMode, Adapter] = {ExecutionMode.NATIVE: self._native}
         self.adapters.update(adapters or {})
         self.recorded = recorded
         self.processors = tuple(processors)
@@ -545,6 +546,7 @@ class Kernel:
         return anyio.run(lambda: self.call(run, tool_name, arguments, **fields))
 
     def close(self) -> None:
+        self._native.close()
         self._claims.close()
         self.ledger.close()
 

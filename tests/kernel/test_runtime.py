@@ -23,8 +23,8 @@ from toolkernel.calls import ToolCallResult
 from toolkernel.canonical import canonical_json
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.context import ToolContext
-from toolkernel.definition import RetryPolicy
-from toolkernel.dispatch import Outcome
+from toolkernel.definition import ExecutionMode, RetryPolicy
+from toolkernel.dispatch import NativeAdapter, Outcome
 from toolkernel.errors import ToolFailed
 from toolkernel.functions import FunctionTool, tool
 from toolkernel.kernel import Kernel
@@ -1065,3 +1065,91 @@ async def test_a_tool_that_changes_its_arguments_changes_only_its_own_copy(kerne
     ]
     assert request["arguments"] == {"terms": ["a"], "options": {"k": ["v"]}}
     assert request["argumentsHash"] == "sha256:" + hashlib.sha256(canonical_json(args)).hexdigest()
+
+
+def _worker_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("toolkernel-")}
+
+
+async def test_sync_tools_still_run_after_many_hung_ones_were_abandoned(kernel_factory):
+    # Each hung tool keeps its thread; once as many hung as the pool holds, every later
+    # sync call used to time out without starting, and then run anyway.
+    release = threading.Event()
+    ran: list[str] = []
+
+    @tool("job.hang", timeout_ms=50)
+    def hang() -> str:
+        """Hang until released."""
+        release.wait(10)
+        return "late"
+
+    @tool("job.write", timeout_ms=2000, mutating=True)
+    def write(tag: str) -> str:
+        """Record a side effect."""
+        ran.append(tag)
+        return "written"
+
+    kernel = kernel_factory(adapters={ExecutionMode.NATIVE: NativeAdapter(max_threads=2)})
+    kernel.register(hang)
+    kernel.register(write)
+    run = kernel.start_run(profile="full")
+    try:
+        for _ in range(4):
+            hung = await kernel.call(run, "job.hang", {})
+            assert hung.status is Status.TIMED_OUT
+        result = await kernel.call(run, "job.write", {"tag": "w1"})
+        assert result.status is Status.SUCCEEDED
+        assert ran == ["w1"]
+    finally:
+        release.set()
+
+
+async def test_a_sync_call_that_timed_out_while_queued_never_runs(kernel_factory):
+    release = threading.Event()
+    ran: list[str] = []
+
+    @tool("job.busy", timeout_ms=5000)
+    def busy() -> str:
+        """Hold the only worker thread."""
+        release.wait(10)
+        return "done"
+
+    @tool("job.queued", timeout_ms=100)
+    def queued() -> str:
+        """Record that it ran."""
+        ran.append("queued")
+        return "ran"
+
+    kernel = kernel_factory(adapters={ExecutionMode.NATIVE: NativeAdapter(max_threads=1)})
+    kernel.register(busy)
+    kernel.register(queued)
+    run = kernel.start_run()
+
+    async def free_the_thread_later() -> None:
+        await anyio.sleep(0.5)  # well after job.queued timed out waiting in the queue
+        release.set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(free_the_thread_later)
+        results = await kernel.call_many(
+            run, [ToolCall("job.busy", {}), ToolCall("job.queued", {})]
+        )
+    assert [r.status for r in results] == [Status.SUCCEEDED, Status.TIMED_OUT]
+    await anyio.sleep(0.2)  # time for the freed thread to take the queued job
+    assert ran == []  # the model was told it was stopped: it must not run afterwards
+
+
+async def test_closing_a_kernel_ends_its_idle_worker_threads(kernel_factory):
+    before = _worker_threads()
+    kernel = kernel_factory()
+    run = kernel.start_run()
+    results = await kernel.call_many(
+        run, [ToolCall("repo.lookup", {"query": str(i)}) for i in range(3)]
+    )
+    assert all(r.status is Status.SUCCEEDED for r in results)
+    assert _worker_threads() - before  # the sync tool ran on the kernel's workers
+    kernel.close()
+    deadline = time.monotonic() + 5
+    while _worker_threads() - before and time.monotonic() < deadline:
+        await anyio.sleep(0.01)
+    assert not _worker_threads() - before
