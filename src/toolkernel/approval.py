@@ -16,6 +16,8 @@ from typing import Any, TextIO
 
 import anyio.to_thread
 
+from toolkernel.canonical import utf8_text
+
 __all__ = [
     "ApprovalDecision",
     "ApprovalRequest",
@@ -64,17 +66,47 @@ def approve_all(approver: str = "auto") -> Approver:
     def approve(_request: ApprovalRequest) -> ApprovalDecision:
         return ApprovalDecision(True, approver, "approved in advance")
 
+    approve.inline = True  # type: ignore[attr-defined] # it decides at once: no thread
     return approve
 
 
 async def ask(approver: Approver, request: ApprovalRequest) -> ApprovalDecision:
-    """Call a sync or async approver."""
-    answer = approver(request)
+    """Call a sync or async approver; the answer, checked.
+
+    A sync approver runs in a worker thread (a human at a prompt must not stop the
+    event loop, and with it the run's other calls); when the waiting call is
+    cancelled, the thread is abandoned.
+
+    Raises:
+        TypeError: the answer is not an ``ApprovalDecision`` of a bool, a string and
+            a string (or ``None``) note.
+    """
+    if _is_async(approver) or getattr(approver, "inline", False):
+        answer = approver(request)
+    else:
+        answer = await anyio.to_thread.run_sync(approver, request, abandon_on_cancel=True)
     if inspect.isawaitable(answer):
         answer = await answer
+    return _checked(answer)
+
+
+def _is_async(approver: Approver) -> bool:
+    call = getattr(approver, "__call__", None)  # noqa: B004 - an instance's async __call__
+    return inspect.iscoroutinefunction(approver) or inspect.iscoroutinefunction(call)
+
+
+def _checked(answer: object) -> ApprovalDecision:
     if not isinstance(answer, ApprovalDecision):
         raise TypeError("an approver must return an ApprovalDecision")
-    return answer
+    if type(answer.approved) is not bool:
+        raise TypeError("ApprovalDecision.approved must be True or False")
+    note = "" if answer.note is None else answer.note
+    if not isinstance(answer.approver, str) or not isinstance(note, str):
+        raise TypeError("ApprovalDecision.approver and .note must be strings")
+    # As the ledger records them: cut, and storable whatever they hold.
+    return ApprovalDecision(
+        answer.approved, utf8_text(answer.approver[:200]), utf8_text(note[:500])
+    )
 
 
 class TerminalApprover:

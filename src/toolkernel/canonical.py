@@ -26,7 +26,7 @@ from typing import Any, Final
 
 import orjson
 
-__all__ = ["canonical_json", "sha256_hex", "sha256_of"]
+__all__ = ["canonical_json", "sha256_hex", "sha256_of", "utf8_text"]
 
 _ENCODER: Final = json.JSONEncoder(
     ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
@@ -92,3 +92,10 @@ def sha256_hex(data: bytes) -> str:
 def sha256_of(value: Any) -> str:
     """``sha256:<hex>`` of the canonical JSON of ``value``."""
     return sha256_hex(canonical_json(value))
+
+
+def utf8_text(text: str) -> str:
+    """``text`` with every character that has no UTF-8 form (a lone surrogate, from a
+    non-UTF-8 file name or an escape in JSON) spelled as a backslash escape, so that it
+    can be encoded."""
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")

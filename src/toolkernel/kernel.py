@@ -54,6 +54,7 @@ from toolkernel.calls import (
     new_id,
     timestamp,
 )
+from toolkernel.canonical import utf8_text
 from toolkernel.claims import KeyClaims
 from toolkernel.codes import ErrorCode, Status, safe_field, safe_message
 from toolkernel.config import CONFIG_FILENAME, Config, load_config
@@ -800,10 +801,7 @@ class Kernel:
     def _progress_message(self, message: object) -> str | None:
         if not isinstance(message, str) or not message:
             return None
-        text = message[:_MAX_PROGRESS_MESSAGE]
-        if not text.isascii():  # a lone surrogate has no UTF-8 form to store
-            text = text.encode("utf-8", "replace").decode("utf-8")
-        return self.redactor.redact_text(text, Counter())
+        return self.redactor.redact_text(utf8_text(message[:_MAX_PROGRESS_MESSAGE]), Counter())
 
     def _finish(self, admitted: _Admitted, outcome: Outcome) -> _Finished:
         """normalize → artifactize → redact: the result and its events, not yet written.
@@ -1206,16 +1204,18 @@ class Kernel:
         # Not while the batch holds an idempotency key: a duplicate could take the gate
         # and wait for this call, which would then wait for the gate.
         aside = run.gate.stepped_aside(exclusive) if not journal.held else nullcontext()
+        answer = ApprovalDecision(False, "runtime", "the call was cancelled while asked about")
         try:
             async with aside:
-                answer = await ask(approver, held)
+                with run.asking(request.tool_call_id):
+                    answer = await ask(approver, held)
         except Exception as exc:  # noqa: BLE001 - a broken approver must not approve
             answer = ApprovalDecision(False, "error", f"approver failed: {type(exc).__name__}")
         kind = EventType.APPROVAL_GRANTED if answer.approved else EventType.APPROVAL_DENIED
         events.append(
             NewEvent(
                 kind,
-                {"approver": answer.approver, "note": answer.note[:500]},
+                {"approver": answer.approver, "note": answer.note},
                 request.tool_call_id,
             )
         )
@@ -1349,9 +1349,7 @@ def _utf8(value: Any) -> Any:
     """``value`` with every string that has no UTF-8 form (a lone surrogate) spelled with
     backslash escapes, through dicts and lists: what the ledger can store."""
     if isinstance(value, str):
-        if value.isascii():
-            return value
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return utf8_text(value)
     if isinstance(value, dict):
         return {_utf8(k): _utf8(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -1377,7 +1375,7 @@ def _storable(call: ToolCall) -> ToolCall:
             try:
                 text.encode("utf-8")
             except UnicodeEncodeError:
-                changes[name] = text.encode("utf-8", "backslashreplace").decode("utf-8")
+                changes[name] = utf8_text(text)
     return replace(call, **changes) if changes else call
 
 

@@ -8,8 +8,8 @@ the model, and the lock that keeps non-read-only calls one at a time.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +59,7 @@ class Run:
         # turn): the reason it was cancelled meanwhile, or None.
         self._waiting: dict[str, ErrorCode | None] = {}
         self._open: set[str] = set()  # proposed and not finished: its RESULT is not written
+        self._asking: dict[str, anyio.CancelScope] = {}  # waiting for a human's answer
         self.projection_cache: tuple[Any, frozenset[str]] | None = None
 
     @property
@@ -100,8 +101,24 @@ class Run:
         if tool_call_id in self._waiting:
             if self._waiting[tool_call_id] is None:
                 self._waiting[tool_call_id] = reason
+            if tool_call_id in self._asking:  # nobody needs the human's answer now
+                self._asking[tool_call_id].cancel()
             return True
         return False
+
+    @contextmanager
+    def asking(self, tool_call_id: str) -> Iterator[anyio.CancelScope]:
+        """A scope for waiting on a human's answer about a call, cancelled when the
+        call or the run is (the caller then tells a cancel from an answer by the scope's
+        ``cancelled_caught``)."""
+        with anyio.CancelScope() as scope, self.token.watch(scope):
+            self._asking[tool_call_id] = scope
+            if self._waiting.get(tool_call_id) is not None:
+                scope.cancel()
+            try:
+                yield scope
+            finally:
+                self._asking.pop(tool_call_id, None)
 
     def has_call(self, tool_call_id: str) -> bool:
         """Whether a call with this id was proposed and its batch has not finished it."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 
 import anyio
@@ -218,16 +219,18 @@ async def test_a_call_cancelled_while_a_human_is_asked_never_runs(kernel_factory
             group.start_soon(call)
             await slow_human.asked.wait()
             assert run.cancel_call("c1", ErrorCode.SUPERSEDED) is True
-            slow_human.answer.set()  # approved, but too late
+            # The wait for the human ends at once: nobody needs the answer any more.
     (result,) = results
     assert (result.status, result.error_code) == (Status.CANCELLED, ErrorCode.SUPERSEDED)
     assert calls.count == {}
-    assert event_types(kernel.ledger.events(run.id), "c1") == [
+    events = [e for e in kernel.ledger.events(run.id) if e.tool_call_id == "c1"]
+    assert [e.type for e in events] == [
         EventType.TOOL_CALL_REQUEST,
         EventType.APPROVAL_REQUESTED,
-        EventType.APPROVAL_GRANTED,
+        EventType.APPROVAL_DENIED,
         EventType.TOOL_CALL_RESULT,
     ]
+    assert events[2].payload["approver"] == "runtime"
     assert run.cancel_call("c1") is False  # over: a later call with this id is unaffected
     again = await kernel.call(run, "repo.lookup", {"query": "q"}, tool_call_id="c1")
     assert again.status is Status.SUCCEEDED
@@ -384,6 +387,88 @@ async def test_an_approver_that_raises_does_not_approve(kernel_factory, calls):
     result = await kernel.call(run, "repo.reset", {})
     assert result.error_code is ErrorCode.APPROVAL_REJECTED
     assert calls.count == {}
+
+
+@pytest.mark.parametrize(
+    ("answer", "approved"),
+    [
+        (ApprovalDecision(True, "alice", None), True),  # type: ignore[arg-type]
+        (ApprovalDecision(True, "alice", "ok \ud800"), True),
+        (ApprovalDecision("yes", "alice"), False),  # type: ignore[arg-type]
+        (ApprovalDecision(1, "alice"), False),  # type: ignore[arg-type]
+        (ApprovalDecision(True, None), False),  # type: ignore[arg-type]
+        (ApprovalDecision(True, "alice", 5), False),  # type: ignore[arg-type]
+    ],
+)
+async def test_an_approvers_answer_is_checked_field_by_field(
+    kernel_factory, calls, answer, approved
+):
+    # A None note once made the call raise; a truthy non-bool must not approve.
+    kernel = kernel_factory(NETWORK_ASK, approver=lambda _request: answer)
+    run = kernel.start_run()
+    result = await kernel.call(run, "web.fetch", {"url": "https://example.org"})
+    if approved:
+        assert result.status is Status.SUCCEEDED
+    else:
+        assert (result.status, result.error_code) == (Status.DENIED, ErrorCode.APPROVAL_REJECTED)
+    kinds = {e.type for e in kernel.ledger.events(run.id)}
+    assert (EventType.APPROVAL_GRANTED in kinds) is approved
+    assert kernel.ledger.verify().ok
+
+
+async def test_a_sync_approver_does_not_stop_the_event_loop_while_it_decides(kernel_factory):
+    decided = threading.Event()
+    ticks = 0
+    seen: list[int] = []
+
+    def human(_request: ApprovalRequest) -> ApprovalDecision:
+        decided.wait(5)  # a person at a blocking prompt
+        seen.append(ticks)  # what the event loop did meanwhile
+        return ApprovalDecision(True, "human")
+
+    kernel = kernel_factory(NETWORK_ASK, approver=human)
+    run = kernel.start_run()
+
+    async def heartbeat() -> None:
+        nonlocal ticks
+        while not decided.is_set():
+            ticks += 1
+            await anyio.sleep(0.01)
+
+    async def decide_later() -> None:
+        await anyio.sleep(0.3)
+        decided.set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(heartbeat)
+        group.start_soon(decide_later)
+        result = await kernel.call(run, "web.fetch", {"url": "https://example.org"})
+    assert result.status is Status.SUCCEEDED
+    assert seen[0] >= 5  # the loop kept running while the approver blocked its thread
+
+
+async def test_a_call_cancelled_while_a_sync_approver_blocks_returns_at_once(kernel_factory):
+    release = threading.Event()
+
+    def human(_request: ApprovalRequest) -> ApprovalDecision:
+        release.wait(10)
+        return ApprovalDecision(True, "human")
+
+    kernel = kernel_factory(NETWORK_ASK, approver=human)
+    run = kernel.start_run()
+    try:
+        with anyio.fail_after(3):  # before the fix: only when the approver answered
+            async with anyio.create_task_group() as group:
+
+                async def cancel_soon() -> None:
+                    await anyio.sleep(0.2)
+                    run.cancel()
+
+                group.start_soon(cancel_soon)
+                result = await kernel.call(run, "web.fetch", {"url": "https://example.org"})
+    finally:
+        release.set()
+    assert (result.status, result.error_code) == (Status.CANCELLED, ErrorCode.USER_CANCELLED)
 
 
 async def test_run_state_rule_denies_with_its_own_code(kernel_factory):
