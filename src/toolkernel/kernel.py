@@ -512,22 +512,32 @@ class Kernel:
         as in ``call``.
         """
         results: list[ToolCallResult] = []
-        # An id repeated in the turn is refused even when the segments run one after
-        # the other, and the first call with it is long finished.
+        # An id repeated in the turn, or open in another turn of the run, is refused even
+        # when the segments run one after the other and the first call with it is long
+        # finished. The turn's ids are the kernel's from now: cancel_call reaches a call
+        # of a later segment too.
         seen: set[str] = set()
         repeats: set[int] = set()
         for position, call in enumerate(calls):
-            if call.tool_call_id in seen:
+            if call.tool_call_id in seen or (call.tool_call_id and run.has_call(call.tool_call_id)):
                 repeats.add(position)
             elif call.tool_call_id:
                 seen.add(call.tool_call_id)
+        for call_id in seen:
+            run.proposed(call_id)
         offset = 0
-        for exclusive, batch in _segments(self.registry, calls):
-            repeated = {position - offset for position in repeats}
-            results.extend(
-                await self._run_batch(run, batch, exclusive, on_progress, approver, repeated)
-            )
-            offset += len(batch)
+        try:
+            for exclusive, batch in _segments(self.registry, calls):
+                repeated = {position - offset for position in repeats}
+                results.extend(
+                    await self._run_batch(
+                        run, batch, exclusive, on_progress, approver, repeated, owned=seen
+                    )
+                )
+                offset += len(batch)
+        finally:
+            for call_id in seen:  # a segment that never ran leaves nothing behind
+                run.finished(call_id)
         return results
 
     def call_sync(
@@ -570,7 +580,10 @@ class Kernel:
         on_progress: ProgressListener | None,
         approver: Approver | None = None,
         repeats: Collection[int] = (),
+        *,
+        owned: Collection[str] = (),
     ) -> list[ToolCallResult]:
+        """The calls of one segment; ``owned`` are ids its turn already holds in the run."""
         running = _RUNNING.get()
         while running is not None:  # up the chain of calls (run None: that one ended)
             if running.run is run:
@@ -587,7 +600,8 @@ class Kernel:
             if index in repeated:
                 continue
             if call.tool_call_id and (
-                call.tool_call_id in named or run.has_call(call.tool_call_id)
+                call.tool_call_id in named
+                or (call.tool_call_id not in owned and run.has_call(call.tool_call_id))
             ):
                 repeated.add(index)
             elif call.tool_call_id:

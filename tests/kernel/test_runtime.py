@@ -11,6 +11,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -626,6 +627,86 @@ async def test_a_call_abandoned_while_it_waits_its_turn_is_forgotten(kernel_fact
             assert waiting.cancelled_caught
             assert run.cancel_call("w") is False  # nothing of it was kept
             release.set()
+
+
+async def test_a_call_of_a_later_segment_of_the_turn_can_be_cancelled_while_it_waits(
+    kernel_factory,
+):
+    ran: list[str] = []
+
+    @tool("slow.read", idempotent=True)
+    async def read() -> str:
+        """A read that takes a while."""
+        await anyio.sleep(0.3)
+        ran.append("read")
+        return "read"
+
+    @tool("job.write", mutating=True)
+    async def write() -> str:
+        """A write, which waits for the read before it."""
+        ran.append("write")
+        return "written"
+
+    kernel = kernel_factory()
+    kernel.register(read)
+    kernel.register(write)
+    run = kernel.start_run(profile="full")
+    verdicts = []
+
+    async def cancel_the_write() -> None:
+        await anyio.sleep(0.1)  # the read runs, the write waits for its segment
+        verdicts.append((run.has_call("W"), run.cancel_call("W")))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            group.start_soon(cancel_the_write)
+            results = await kernel.call_many(
+                run,
+                [
+                    ToolCall("slow.read", {}, tool_call_id="R"),
+                    ToolCall("job.write", {}, tool_call_id="W"),
+                ],
+            )
+    assert verdicts == [(True, True)]
+    assert [(r.status, r.error_code) for r in results] == [
+        (Status.SUCCEEDED, None),
+        (Status.CANCELLED, ErrorCode.USER_CANCELLED),
+    ]
+    assert ran == ["read"]
+    assert not run.has_call("W")  # over: the id is free again
+    again = await kernel.call(run, "job.write", {}, tool_call_id="W")
+    assert again.status is Status.SUCCEEDED
+
+
+async def test_an_id_open_in_another_turn_is_refused_in_every_segment(kernel_factory):
+    kernel = kernel_factory()
+    release = anyio.Event()
+
+    @tool("slow.hold", idempotent=True)
+    async def hold() -> str:
+        """Hold until released."""
+        await release.wait()
+        return "held"
+
+    kernel.register(hold)
+    run = kernel.start_run(profile="full")
+    results: list[ToolCallResult] = []
+
+    async def turn() -> None:
+        calls = [
+            ToolCall("repo.reset", {}, tool_call_id="Y"),  # waits for the held read
+            ToolCall("repo.lookup", {"query": "q"}, tool_call_id="X"),
+        ]
+        results.extend(await kernel.call_many(run, calls))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            group.start_soon(partial(kernel.call, run, "slow.hold", {}, tool_call_id="X"))
+            await anyio.wait_all_tasks_blocked()
+            group.start_soon(turn)
+            await anyio.wait_all_tasks_blocked()
+            release.set()  # X's first call ends before the turn's second segment starts
+    assert results[1].error_code is ErrorCode.DUPLICATE_CALL_ID
 
 
 async def test_a_call_whose_caller_is_cancelled_still_gets_its_result_recorded(kernel_factory):
