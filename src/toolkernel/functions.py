@@ -147,7 +147,13 @@ def tool(
     """
 
     def decorate(function: Callable[..., Any]) -> FunctionTool:
-        schema, context_parameter, summary = schema_from_function(function, tool_name=name)
+        try:
+            schema, context_parameter, summary = schema_from_function(function, tool_name=name)
+            converters = _argument_converters(function, tool_name=name)
+        except NameError as exc:  # a hint names what only type checkers import
+            raise DefinitionError(
+                name, "inputSchema", f"a type hint cannot be resolved at run time ({exc})"
+            ) from exc
         retry_policy = retry or RetryPolicy()
         data: dict[str, Any] = {
             "name": name,
@@ -162,7 +168,9 @@ def tool(
                 "mutating": mutating,
                 "destructive": destructive,
                 "external": external,
-                "trust": "builtin" if function.__module__.startswith("toolkernel.") else "trusted",
+                "trust": "builtin"
+                if (function.__module__ or "").startswith("toolkernel.")
+                else "trusted",
                 "source": f"python:{function.__module__}.{function.__qualname__}",
             },
             "timeoutMs": timeout_ms,
@@ -175,7 +183,6 @@ def tool(
         if concurrency_group is not None:
             data["concurrencyGroup"] = str(concurrency_group)
         definition = ToolDefinition.from_dict(data)
-        converters = _argument_converters(function, tool_name=name)
         if not converters:
             return FunctionTool(definition, function, context_parameter)
         handler = _converting(function, converters, tool_name=name)
@@ -212,7 +219,13 @@ def schema_from_function(
             raise DefinitionError(
                 tool_name, f"inputSchema.properties.{parameter.name}", "needs a type annotation"
             )
-        if annotation is ToolContext:
+        if _is_context(annotation):
+            if context_parameter is not None:
+                raise DefinitionError(
+                    tool_name,
+                    f"inputSchema.properties.{parameter.name}",
+                    f"only one parameter can take the ToolContext ({context_parameter} does)",
+                )
             context_parameter = parameter.name
             continue
         where = f"inputSchema.properties.{parameter.name}"
@@ -233,6 +246,15 @@ def schema_from_function(
         schema["required"] = required
     summary = "\n\n".join(p for p in (doc.short_description, doc.long_description) if p)
     return schema, context_parameter, summary
+
+
+def _is_context(annotation: Any) -> bool:
+    """``ToolContext``, or ``ToolContext | None`` (the kernel always passes one)."""
+    if annotation is ToolContext:
+        return True
+    if get_origin(annotation) in (typing.Union, types.UnionType):
+        return set(get_args(annotation)) == {ToolContext, type(None)}
+    return False
 
 
 def _allows_null(prop: Mapping[str, Any]) -> bool:
@@ -446,7 +468,7 @@ def _argument_converters(
     converters: list[tuple[str, _Convert]] = []
     for name in inspect.signature(function).parameters:
         annotation = hints[name]
-        if annotation is ToolContext or _is_whole_number(annotation):
+        if _is_context(annotation) or _is_whole_number(annotation):
             continue  # dispatch already turns a top-level 1.0 into 1
         where = f"inputSchema.properties.{name}"
         convert = _converter(annotation, tool_name=tool_name, where=where)
@@ -551,10 +573,13 @@ def _whole(value: Any) -> Any:
 
 
 def _literal(options: tuple[Any, ...]) -> _Convert | None:
-    members = {o.value: o for o in options if isinstance(o, enum.Enum)}
+    """Enum members from their values; an int option from the float JSON Schema lets
+    match it (``3.0`` for ``Literal[3]``)."""
+    members: dict[Any, Any] = {o.value: o for o in options if isinstance(o, enum.Enum)}
+    members.update((o, o) for o in options if type(o) is int)
     if not members:
         return None
-    return lambda value: members.get(value, value)
+    return lambda value: value if type(value) is bool else members.get(value, value)
 
 
 def _collection(kind: Callable[[Any], Any], convert: _Convert | None) -> _Convert:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Annotated, Any, Literal, NotRequired, TypedDict
+from typing import Annotated, Any, Literal, NotRequired, Optional, TypedDict
 
 import pytest
 from annotated_types import Ge
 
 from toolkernel.codes import ErrorCode, Status
+from toolkernel.context import ToolContext
 from toolkernel.errors import DefinitionError, ToolFailed
 from toolkernel.functions import tool
 from toolkernel.ledger import EventType
@@ -209,6 +210,58 @@ def test_literal_enum_members_and_nested_whole_numbers_are_converted(kernel_fact
     assert type(window.start) is int
     assert counts == [1, 2]
     assert all(type(c) is int for c in counts)
+
+
+def test_an_integral_float_for_an_int_literal_arrives_as_the_int(kernel_factory):
+    @tool("args.pick")
+    def pick(n: Literal[1, 2, 3], names: list[Literal["a", 2]], flag: Literal[True, 1]) -> None:
+        """Pick."""
+        seen.append((n, names, flag))
+
+    n, names, flag = _received(
+        kernel_factory(), pick, {"n": 3.0, "names": ["a", 2.0], "flag": True}
+    )
+    assert (n, type(n)) == (3, int)
+    assert names == ["a", 2]
+    assert type(names[1]) is int
+    assert flag is True  # a bool stays a bool, though True == 1
+
+
+@pytest.mark.parametrize("annotation", ["ToolContext | None", "Optional[ToolContext]"])
+def test_an_optional_context_parameter_takes_the_context(kernel_factory, annotation):
+    namespace = {"ToolContext": ToolContext, "Optional": Optional}
+    source = (
+        f"def count(x: int, ctx: {annotation} = None) -> str:\n"
+        "    return ctx.tool_call_id if ctx else 'no context'\n"
+    )
+    exec(source, namespace)  # the annotation under test, spelled both ways
+    counted = tool("args.ctx", description="Count.")(namespace["count"])
+    assert counted.context_parameter == "ctx"
+    assert list(counted.definition.input_schema["properties"]) == ["x"]
+    kernel = kernel_factory()
+    kernel.register(counted)
+    result = kernel.call_sync(kernel.start_run(), "args.ctx", {"x": 1}, tool_call_id="c7")
+    assert result.structured_output == "c7"
+
+
+def test_a_second_context_parameter_is_refused_at_decoration():
+    def two(ctx: ToolContext, other: ToolContext) -> None:
+        """Two contexts."""
+
+    with pytest.raises(DefinitionError, match="only one parameter can take the ToolContext"):
+        tool("args.two")(two)
+
+
+def test_a_hint_that_only_type_checkers_can_resolve_is_a_definition_error():
+    @dataclasses.dataclass
+    class Later:
+        when: Unresolvable  # type: ignore[name-defined]  # noqa: F821
+
+    def later(item: Later) -> None:
+        """Uses a record whose hint names nothing at run time."""
+
+    with pytest.raises(DefinitionError, match="cannot be resolved"):
+        tool("args.later")(later)
 
 
 async def test_async_tools_receive_converted_arguments_too(kernel_factory):
