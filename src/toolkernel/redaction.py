@@ -34,7 +34,7 @@ import re
 import string
 import urllib.parse
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -342,9 +342,10 @@ class Redactor:
         copy: dict[str, Any] | list[Any] = {} if isinstance(value, dict) else []
         # A child container's copy is put in place at once and filled when its turn on
         # the stack comes, so the order in which the stack is worked off does not
-        # matter; each container's own items are taken in order, which keeps the last
-        # of two keys that redact alike, as a dict comprehension would. Exact types are
-        # tested first: isinstance on every JSON scalar would cost more than the walk.
+        # matter; each container's own items are taken in order. Of two keys that
+        # redact alike (two tokens), the second is numbered, so no entry is lost. Exact
+        # types are tested first: isinstance on every JSON scalar would cost more than
+        # the walk.
         stack: list[tuple[Any, Any, int]] = [(value, copy, 1)]
         child: dict[str, Any] | list[Any]
         # Only a cycle makes the walk endless, and an endless walk goes deeper than any
@@ -362,8 +363,10 @@ class Redactor:
                 open_below.add(id(source))
                 stack.append((_LEAVE, id(source), depth))
             if isinstance(source, dict):
-                for key, item in source.items():
-                    key = text(key if type(key) is str else _json_key(key), counts)
+                for original, item in source.items():
+                    key = text(original if type(original) is str else _json_key(original), counts)
+                    if key in target:  # two keys that redact (or spell) alike
+                        key = _distinct(key, target)
                     kind = type(item)
                     if kind is str:
                         target[key] = text(item, counts)
@@ -778,6 +781,14 @@ def _cut_point(text: str, start: int, end: int, hold: int, max_line: int) -> int
     if begin != -1 and text.find("-----END", begin, cut) == -1 and end - begin <= max_line:
         cut = text.rfind("\n", start, begin) + 1 or start
     return cut
+
+
+def _distinct(key: str, taken: Mapping[str, Any]) -> str:
+    """``key`` numbered (``[REDACTED] (2)``) so that it is not among ``taken``."""
+    number = 2
+    while f"{key} ({number})" in taken:
+        number += 1
+    return f"{key} ({number})"
 
 
 def _json_key(key: Any) -> str:

@@ -62,10 +62,15 @@ def recursive_redact(redactor: Redactor, value: Any, counts: Counter[str]) -> An
     if isinstance(value, str):
         return redactor.redact_text(value, counts)
     if isinstance(value, dict):
-        return {
-            redactor.redact_text(str(k), counts): recursive_redact(redactor, v, counts)
-            for k, v in value.items()
-        }
+        copy: dict[str, Any] = {}
+        for k, v in value.items():
+            key = redactor.redact_text(str(k), counts)
+            number = 2
+            while key in copy:  # keys that redact (or spell) alike are numbered
+                key = f"{redactor.redact_text(str(k), Counter())} ({number})"
+                number += 1
+            copy[key] = recursive_redact(redactor, v, counts)
+        return copy
     if isinstance(value, list | tuple):
         return [recursive_redact(redactor, v, counts) for v in value]
     return value
@@ -116,7 +121,7 @@ VALUES = st.recursive(
 @settings(max_examples=300)
 @given(VALUES)
 def test_the_walk_gives_what_the_recursive_definition_gives(value):
-    # Keys that redact alike (two secrets) keep the first one's place, the last value.
+    # Keys that redact alike (two secrets) are numbered: no entry is lost.
     redactor = Redactor(WORKSPACE, secrets=[KNOWN])
     expected_counts: Counter[str] = Counter()
     expected = recursive_redact(redactor, value, expected_counts)
@@ -125,6 +130,16 @@ def test_the_walk_gives_what_the_recursive_definition_gives(value):
     assert copy == expected
     assert list(keys_in_order(copy)) == list(keys_in_order(expected))
     assert counts == expected_counts
+    assert entries(copy) == entries(value)
+
+
+def entries(value: Any) -> int:
+    """How many dict entries and list items ``value`` holds, at every depth."""
+    if isinstance(value, dict):
+        return len(value) + sum(entries(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return len(value) + sum(entries(v) for v in value)
+    return 0
 
 
 def keys_in_order(value: Any) -> Any:
