@@ -90,7 +90,9 @@ __all__ = ["ApprovalCheck", "ArgumentCheck", "Kernel", "ProgressListener", "open
 _TRACE = record_tool_span if importlib.util.find_spec("opentelemetry") else None
 
 ProgressListener = Callable[[str, float, float | None, str | None], None]
-"""Called with (tool call id, progress, total, message) as a tool reports progress."""
+"""Called with (tool call id, progress, total, message) as a tool reports progress, on
+the tool's own thread (a worker thread for a sync tool), with the message redacted. An
+exception it raises is logged and does not touch the call."""
 
 ArgumentCheck = Callable[[Mapping[str, Any]], Violation | None]
 """A tool's own semantic check, run after its schema and the path guard passed."""
