@@ -35,6 +35,7 @@ from toolkernel.policy import (
     RateLimit,
 )
 from toolkernel.schema import compile_schema
+from toolkernel.terminal import printable
 
 if TYPE_CHECKING:
     from toolkernel.mcp.servers import ServerConfig
@@ -308,9 +309,7 @@ def _is_symlink(path: Path) -> bool:
 
 def _shown(path: Path | str) -> str:
     """``path`` for a message: control characters escaped, a long one clipped."""
-    text = str(path)
-    if not text.isprintable():
-        text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+    text = printable(str(path), one_line=False)
     return text if len(text) <= _SHOWN else text[: _SHOWN - 1] + "…"
 
 

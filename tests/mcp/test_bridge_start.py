@@ -4,6 +4,7 @@ happened, and stdout that is not JSON-RPC reported once instead of a traceback a
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import sys
 from collections.abc import Callable
@@ -22,8 +23,10 @@ from fixtures.bridge_support import (
 
 from toolkernel.cli import main as cli_main
 from toolkernel.codes import ErrorCode, Status
+from toolkernel.definition import TrustLevel
 from toolkernel.ledger import EventType
 from toolkernel.mcp import McpBridge, ServerConfig, ServerUnavailable, inspect_server
+from toolkernel.mcp.inspect import STDERR_SHOWN, InspectedTool, InspectReport, render_inspect
 
 pytestmark = pytest.mark.anyio
 
@@ -202,3 +205,51 @@ def test_inspect_without_a_name_says_the_server(tmp_path, capfd):
         "ServerUnavailable: the server could not be started: it is not an MCP server "
         "(it answered initialize with an error: Method not found)\n"
     )
+
+
+async def test_inspect_passes_on_a_bounded_part_of_a_stderr_flood(capfd):
+    # `yes >&2` wrote 11 GB to `2>file` in the 30 s start timeout before.
+    server = ServerConfig(
+        name="flood", command=("sh", "-c", "yes garbage >&2"), start_timeout_ms=1000
+    )
+    with anyio.fail_after(15), pytest.raises(ServerUnavailable):
+        await inspect_server(server)
+    err = capfd.readouterr().err
+    assert err.startswith("garbage\n")
+    assert len(err) < STDERR_SHOWN + 200
+    assert re.search(r"\[toolkernel: \d+ more characters of the server's stderr dropped\]", err)
+
+
+def test_inspect_text_escapes_everything_the_server_said():
+    forged = "\x1b[2J\x1b[H\x1b[32mALL TOOLS ACCEPTED\x1b[0m\n"
+    report = InspectReport(
+        server="srv",
+        target="python server.py",
+        trust=TrustLevel.UNTRUSTED,
+        server_info={"name": f"name{forged}", "version": f"1{forged}"},
+        protocol_version="2025-11-25",
+        tools=(
+            InspectedTool(
+                remote_name=f"ok{forged}",
+                name=f"srv.ok{forged}",
+                decision="reject",
+                reasons=({"rule": "P113", "message": f"control characters{forged}"},),
+                findings=(
+                    {
+                        "severity": "error",
+                        "rule": "P113",
+                        "pointer": f"/inputSchema/properties/p{forged}",
+                        "message": f"m{forged}",
+                    },
+                ),
+                risk={},
+                pin_hash="sha256:00",
+                pin_status=None,
+            ),
+        ),
+    )
+    text = render_inspect(report)
+    assert "\x1b" not in text
+    assert "\\x1b[2J" in text
+    assert text.count("\n") == 8  # a newline in a name cannot add a line of its own
+    assert "        pin sha256:00" in text  # the layout is kept

@@ -8,10 +8,13 @@ Nothing is registered, pinned or recorded.
 
 from __future__ import annotations
 
+import io
 import json
+import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal, TextIO, cast
 
 import anyio
 
@@ -20,6 +23,7 @@ from toolkernel.lint import Finding
 from toolkernel.mcp.bridge import Admission, ServerConnection, ServerUnavailable, admit_tool
 from toolkernel.mcp.pins import PinStore
 from toolkernel.mcp.servers import AD_HOC_NAME, SandboxMode, ServerConfig, ad_hoc_server
+from toolkernel.terminal import printable
 
 __all__ = ["InspectReport", "InspectedTool", "inspect_server", "render_inspect"]
 
@@ -109,9 +113,12 @@ async def inspect_server(
             sandbox=sandbox_mode if base.command else "none",
             ro_binds=tuple(ro_binds),
         )
+    errlog = _BoundedLog(sys.stderr, STDERR_SHOWN)
     try:
         async with anyio.create_task_group() as group:
-            connection = ServerConnection(config, group, sandbox=sandbox, label=label)
+            connection = ServerConnection(
+                config, group, sandbox=sandbox, label=label, errlog=cast(TextIO, errlog)
+            )
             try:
                 client = await connection.client()
                 listed = await connection.list_tools(client)
@@ -121,6 +128,8 @@ async def inspect_server(
                 connection.close()
     except* ServerUnavailable as group_error:
         raise group_error.exceptions[0] from None  # one server: its own error, unwrapped
+    finally:
+        errlog.finish()
     tools = tuple(_inspected(admit_tool(config, tool), pins) for tool in listed)
     return InspectReport(
         server=config.name,
@@ -132,13 +141,51 @@ async def inspect_server(
     )
 
 
+STDERR_SHOWN: Final = 64 * 1024
+"""Characters of the inspected server's stderr passed on; a flood is cut there."""
+
+
+class _BoundedLog(io.TextIOBase):
+    """Passes on the first ``limit`` characters written, and counts the rest: an
+    untrusted server inspected with ``2>file`` cannot fill the reviewer's disk."""
+
+    def __init__(self, out: TextIO, limit: int) -> None:
+        self._out = out
+        self._left = limit
+        self._dropped = 0
+        self._lock = threading.Lock()  # written from the stderr copier's thread
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            kept = text[: self._left]
+            self._left -= len(kept)
+            self._dropped += len(text) - len(kept)
+        if kept:
+            self._out.write(kept)
+        return len(text)
+
+    def flush(self) -> None:
+        self._out.flush()
+
+    def finish(self) -> None:
+        with self._lock:
+            dropped, self._dropped = self._dropped, 0
+        if dropped:
+            self._out.write(
+                f"\n[toolkernel: {dropped} more characters of the server's stderr dropped]\n"
+            )
+            self._out.flush()
+
+
 def render_inspect(report: InspectReport, fmt: Literal["text", "json"] = "text") -> str:
-    """The report as JSON or as text for a terminal."""
+    """The report as JSON or as text for a terminal (where everything the server said is
+    escaped: a name or a message cannot move the cursor or rewrite a line)."""
     if fmt == "json":
         return json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n"
     info = report.server_info
+    name, version = str(info.get("name", "?")), str(info.get("version", ""))
     lines = [
-        f"server {report.server}: {info.get('name', '?')} {info.get('version', '')}".rstrip(),
+        f"server {report.server}: {name} {version}".rstrip(),
         f"  target: {report.target}",
         f"  protocol {report.protocol_version}, trust {report.trust}, {len(report.tools)} tools",
     ]
@@ -157,7 +204,7 @@ def render_inspect(report: InspectReport, fmt: Literal["text", "json"] = "text")
             lines.append(
                 f"        {finding['severity']} {finding['rule']}{where}: {finding['message']}"
             )
-    return "\n".join(lines) + "\n"
+    return "\n".join(printable(line, one_line=False) for line in lines) + "\n"
 
 
 def _inspected(admission: Admission, pins: PinStore | None) -> InspectedTool:
