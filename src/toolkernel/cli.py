@@ -1,10 +1,12 @@
 """``toolkernel``: a thin shell over the public API.
 
 Exit codes: 0 success (a call that SUCCEEDED or was PARTIAL), 1 a call with any other
-status or a check that found problems, 2 a usage or configuration error (a missing
-workspace, an unknown profile or run, a ledger that cannot be reached). Errors print
-as ``ErrorName: message`` on stderr, never as a traceback. Text tables show control
-characters escaped (``\\x1b``): what a model proposed is never sent to the terminal raw.
+status, a check that found problems or had nothing to check (no ledger), or a ledger
+read that verify does not vouch for, 2 a usage or configuration error (a missing
+workspace, an unknown profile or run, a ledger that cannot be reached or read). Errors
+print as ``ErrorName: message`` on stderr, never as a traceback. Text tables and error
+messages show control characters escaped (``\\x1b``): what a model proposed, or someone
+wrote into the ledger, is never sent to the terminal raw.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, suppress
 from fnmatch import fnmatchcase
 from functools import partial
 from pathlib import Path
@@ -32,9 +34,18 @@ from toolkernel.context import RunState
 from toolkernel.definition import ToolDefinition
 from toolkernel.errors import ToolkernelError, UsageError
 from toolkernel.kernel import Kernel, open_ledger
-from toolkernel.ledger import Ledger, SqliteLedger, VerifyReport
+from toolkernel.ledger import (
+    Event,
+    EventType,
+    Ledger,
+    LedgerError,
+    Problem,
+    SqliteLedger,
+    VerifyReport,
+)
 from toolkernel.replay import exchanges
 from toolkernel.run import Run
+from toolkernel.terminal import printable
 
 __all__ = ["main"]
 
@@ -50,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except ToolkernelError as exc:
-        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"{type(exc).__name__}: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("Interrupted.", file=sys.stderr)
@@ -60,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115, PTH123 - silences the flush at exit
         return EXIT_OK
     except Exception as exc:  # noqa: BLE001 - the CLI's last line: never a traceback
-        print(f"InternalError: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"InternalError: {type(exc).__name__}: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
 
 
@@ -93,21 +104,44 @@ def _parser() -> argparse.ArgumentParser:
         "ledger",
         help="read and verify the audit ledger",
         description="Read the ledger the configuration names ([ledger] backend); nothing "
-        "is created. A --run the ledger does not hold is a usage error: exit 2.",
+        "is created. A --run the ledger does not hold is a usage error: exit 2. show and "
+        "replay verify what they present first: problems are named on stderr, exit 1.",
     )
     ledger_commands = ledger.add_subparsers(dest="ledger_command", required=True)
-    show = ledger_commands.add_parser("show", help="print events")
+    show = ledger_commands.add_parser(
+        "show",
+        help="print events; exit 1, naming the problems, if their chain is broken",
+        description="Print events. They are verified first: a broken chain is named on "
+        'stderr, its events are marked (a CHECK column; "problems" in JSON), exit 1.',
+    )
     _common(show)
     show.add_argument("--run", dest="run_id", help=_RUN_HELP)
     show.add_argument("--format", choices=("table", "json"), default="table")
     show.set_defaults(handler=_ledger_show)
-    verify = ledger_commands.add_parser("verify", help="check every hash chain; exit 1 if broken")
+    verify = ledger_commands.add_parser(
+        "verify",
+        help="check every hash chain; exit 1 if broken, or if there is no ledger",
+        description="Check every hash chain, head and index entry. Exit 0 only when every "
+        "chain is intact and gap-free; 1 when verify finds problems, or no ledger at all "
+        "(nothing was recorded there); 2 when the ledger cannot be read.",
+    )
     _common(verify)
     verify.add_argument("--run", dest="run_id", help=_RUN_HELP)
     verify.set_defaults(handler=_ledger_verify)
-    replay = ledger_commands.add_parser("replay", help="rebuild a run's tool messages")
+    replay = ledger_commands.add_parser(
+        "replay",
+        help="rebuild a run's tool messages; refuses a run that fails verification",
+        description="Rebuild a run's tool messages from the ledger alone. The run is "
+        "verified first: if it fails, its problems are named on stderr and nothing is "
+        "rebuilt (exit 1), unless --allow-broken.",
+    )
     _common(replay)
     replay.add_argument("--run", dest="run_id", required=True, help=_RUN_HELP)
+    replay.add_argument(
+        "--allow-broken",
+        action="store_true",
+        help="rebuild a run that fails verification anyway (still named on stderr, exit 1)",
+    )
     replay.set_defaults(handler=_ledger_replay)
 
     serve = commands.add_parser(
@@ -339,7 +373,7 @@ def _rejection_explained(args: argparse.Namespace) -> Iterator[None]:
         if rejection is None:
             raise
         reasons = "; ".join(
-            _visible(f"{r.get('rule')}: {r.get('message')} at {r.get('pointer') or '/'}")
+            printable(f"{r.get('rule')}: {r.get('message')} at {r.get('pointer') or '/'}")
             for r in rejection.payload.get("reasons", [])
         )
         raise UsageError(
@@ -348,21 +382,28 @@ def _rejection_explained(args: argparse.Namespace) -> Iterator[None]:
         ) from None
 
 
-def _latest_rejection(args: argparse.Namespace, server: str, tool: str) -> Any:
-    from toolkernel.ledger import EventType
-    from toolkernel.mcp.bridge import ADMISSION_RUN_ID
-
-    with _stored_ledger(args) as ledger:
-        if ledger is None or ADMISSION_RUN_ID not in {r.run_id for r in ledger.runs()}:
-            return None
-        found = [
-            event
-            for event in ledger.events(ADMISSION_RUN_ID)
-            if event.type is EventType.REMOTE_TOOL_REJECTED
-            and event.payload.get("server") == server
-            and tool in (event.payload.get("tool"), event.payload.get("name"))
-        ]
-    return found[-1] if found else None
+def _latest_rejection(args: argparse.Namespace, server: str, tool: str) -> Event | None:
+    """The latest rejection of ``server``'s ``tool``, in any run: ``mcp inspect`` and
+    ``serve`` record one in the admission run, ``tools`` and ``call`` in their own. Runs
+    that cannot be read are passed over: this only adds an explanation."""
+    found: list[Event] = []
+    try:
+        with _stored_ledger(args) as ledger:
+            if ledger is None:
+                return None
+            for run in ledger.runs():
+                with suppress(LedgerError):
+                    found.extend(
+                        event
+                        for event in ledger.events(run.run_id)
+                        if event.type is EventType.REMOTE_TOOL_REJECTED
+                        and event.payload.get("server") == server
+                        and tool in (event.payload.get("tool"), event.payload.get("name"))
+                    )
+    except LedgerError:
+        return None
+    # A stable sort: of two rejections stored at once, the later one in its run wins.
+    return sorted(found, key=lambda event: event.at)[-1] if found else None
 
 
 def _tools(args: argparse.Namespace) -> int:
@@ -401,37 +442,46 @@ async def bridged(kernel: Kernel, run: Run) -> AsyncIterator[None]:
 
 @contextmanager
 def _stored_ledger(args: argparse.Namespace) -> Iterator[Ledger | None]:
-    """The ledger the configuration names, opened for reading; ``None`` while its SQLite
-    file is missing or empty. A SQLite file is only read, never created, migrated or
-    switched to WAL: a user who may only read it can verify it, and a copy stays as it is.
+    """The ledger the configuration names, opened for reading; ``None`` while nothing at
+    all is at its SQLite path (nothing was recorded in the workspace yet). A SQLite file
+    is only read, never created, migrated or switched to WAL: a user who may only read it
+    can verify it, and a copy stays as it is.
 
     Raises:
-        LedgerError: the ledger cannot be reached or read.
+        LedgerError: the ledger cannot be reached or read; a dangling link, a FIFO or an
+            empty file at its path is not a ledger.
     """
     config = _config(args)
     if config.ledger.backend != "sqlite":
         with open_ledger(config) as ledger:
             yield ledger
-    elif _unwritten(config.ledger_path):
+    elif _nothing_at(config.ledger_path):
         yield None
     else:
         with SqliteLedger(config.ledger_path, read_only=True) as stored:
             yield stored
 
 
-def _unwritten(path: Path) -> bool:
+def _nothing_at(path: Path) -> bool:
+    """Whether nothing, not even a dangling link, is at ``path``."""
     try:
-        empty = path.stat().st_size == 0
+        path.lstat()
     except FileNotFoundError:
         return True
     except OSError:
         return False  # opening it says why
-    return empty and not path.with_name(f"{path.name}-wal").exists()
+    return False
 
 
-def _holding(ledger: Ledger | None, run_id: str) -> Ledger:
+def _absent(args: argparse.Namespace) -> str:
+    return f"no ledger at {_config(args).ledger_path}"
+
+
+def _holding(ledger: Ledger | None, run_id: str, args: argparse.Namespace) -> Ledger:
     """``ledger``, if it holds ``run_id``."""
-    if ledger is None or run_id not in {r.run_id for r in ledger.runs()}:
+    if ledger is None:
+        raise UsageError(f"{_absent(args)}, so no run {run_id!r}")
+    if run_id not in {r.run_id for r in ledger.runs()}:
         raise UsageError(f"the ledger has no run {run_id!r}")
     return ledger
 
@@ -439,37 +489,101 @@ def _holding(ledger: Ledger | None, run_id: str) -> Ledger:
 def _ledger_show(args: argparse.Namespace) -> int:
     with _stored_ledger(args) as ledger:
         if args.run_id is not None:
-            events = _holding(ledger, args.run_id).events(args.run_id)
-        elif ledger is not None:
-            events = [e for run in ledger.runs() for e in ledger.events(run.run_id)]
+            ledger = _holding(ledger, args.run_id, args)
+        if ledger is None:
+            print(printable(f"{_absent(args)}: nothing recorded there yet"), file=sys.stderr)
+            report, events = VerifyReport(0, 0), []
         else:
-            events = []
+            report = ledger.verify(args.run_id)
+            _warn_unverified(report)
+            events = _readable_events(ledger, args.run_id, report)
     if args.format == "json":
-        return _print_json(
-            [
-                {
-                    "runId": e.run_id,
-                    "seq": e.seq,
-                    "type": str(e.type),
-                    "at": e.at,
-                    "toolCallId": e.tool_call_id,
-                    "payload": e.payload,
-                    "prevHash": e.prev_hash,
-                    "hash": e.hash,
-                }
-                for e in events
-            ]
-        )
-    print_ledger_table(events)
-    return EXIT_OK
+        found = _by_event(report.problems)
+        _print_json([_event_json(e, found.get((e.run_id, e.seq))) for e in events])
+    else:
+        print_ledger_table(events, problems=report.problems)
+    return EXIT_OK if report.ok else EXIT_FAILED
 
 
-def print_ledger_table(events: Sequence[Any], out: TextIO | None = None) -> None:
+def _readable_events(ledger: Ledger, run_id: str | None, report: VerifyReport) -> list[Event]:
+    """The events of ``run_id`` (of every run, without one). A run with an event that
+    cannot be decoded, as ``report`` found, is left out, and stderr says so."""
+    events: list[Event] = []
+    for run in [run_id] if run_id is not None else [r.run_id for r in ledger.runs()]:
+        try:
+            events.extend(ledger.events(run))
+        except LedgerError as exc:
+            if not _undecodable(report):
+                raise
+            print(f"  not shown: {printable(str(exc))}", file=sys.stderr)
+    return events
+
+
+def _undecodable(report: VerifyReport) -> bool:
+    """Whether verify found a stored field that reading cannot decode."""
+    return any(problem.kind == "bad_payload" for problem in report.problems)
+
+
+def _warn_unverified(report: VerifyReport) -> None:
+    """Name on stderr the problems verify found in what is about to be presented."""
+    if report.ok:
+        return
+    count = len(report.problems)
+    print(
+        f"warning: the ledger fails verification ({count} problem{'s' if count > 1 else ''}); "
+        "what follows cannot be trusted:",
+        file=sys.stderr,
+    )
+    for problem in report.problems:
+        print(f"  {_problem_line(problem)}", file=sys.stderr)
+
+
+def _problem_line(problem: Problem) -> str:
+    where = f"seq {problem.seq}" if problem.seq is not None else "run"
+    return printable(f"{problem.run_id} {where}: {problem.kind}: {problem.detail}")
+
+
+def _by_event(problems: Sequence[Problem]) -> dict[tuple[str, int], list[Problem]]:
+    found: dict[tuple[str, int], list[Problem]] = {}
+    for problem in problems:
+        if problem.seq is not None:
+            found.setdefault((problem.run_id, problem.seq), []).append(problem)
+    return found
+
+
+def _event_json(event: Event, problems: Sequence[Problem] | None) -> dict[str, Any]:
+    shown = {
+        "runId": event.run_id,
+        "seq": event.seq,
+        "type": str(event.type),
+        "at": event.at,
+        "toolCallId": event.tool_call_id,
+        "payload": event.payload,
+        "prevHash": event.prev_hash,
+        "hash": event.hash,
+    }
+    if problems:
+        shown["problems"] = [{"kind": p.kind, "detail": p.detail} for p in problems]
+    return shown
+
+
+def print_ledger_table(
+    events: Sequence[Any], out: TextIO | None = None, *, problems: Sequence[Problem] = ()
+) -> None:
     """The ledger as the seed shows it: seq, event, tool, and a short summary. Events of
-    more than one run start with their run, or every run's seq 1 would look alike."""
+    more than one run start with their run, or every run's seq 1 would look alike. With
+    ``problems`` (what verify found), a CHECK column names those of each event, and
+    every event its run, which the problems name (and a run left out would not)."""
     header: tuple[str, ...] = ("SEQ", "EVENT", "TOOL", "SUMMARY")
     rows: list[tuple[str, ...]] = [(str(e.seq), str(e.type), *_shown(e.payload)) for e in events]
-    if len({e.run_id for e in events}) > 1:
+    if problems:
+        found = _by_event(problems)
+        header = ("SEQ", "CHECK", *header[1:])
+        rows = [
+            (row[0], ",".join(p.kind for p in found.get((e.run_id, e.seq), [])), *row[1:])
+            for e, row in zip(events, rows, strict=True)
+        ]
+    if problems or len({e.run_id for e in events}) > 1:
         header = ("RUN", *header)
         rows = [(e.run_id, *row) for e, row in zip(events, rows, strict=True)]
     _table(header, rows, out=out)
@@ -514,15 +628,20 @@ def _summary(payload: dict[str, Any]) -> tuple[str, str]:
 
 def _ledger_verify(args: argparse.Namespace) -> int:
     with _stored_ledger(args) as ledger:
-        report = ledger.verify(args.run_id) if ledger is not None else VerifyReport(0, 0)
+        if ledger is None:
+            if args.run_id is not None:
+                raise UsageError(f"{_absent(args)}, so no run {args.run_id!r} to verify")
+            # Not "intact": a reviewer pointed at the wrong path must not get a pass.
+            print(printable(f"{_absent(args)}: nothing recorded there yet, nothing verified"))
+            return EXIT_FAILED
+        report = ledger.verify(args.run_id)
     if args.run_id is not None and report.runs_checked == 0:
         raise UsageError(f"the ledger has no run {args.run_id!r}: nothing to verify")
     for problem in report.problems:
-        where = f"seq {problem.seq}" if problem.seq is not None else "run"
-        print(_visible(f"{problem.run_id} {where}: {problem.kind}: {problem.detail}"))
+        print(_problem_line(problem))
     for run_id, call_id in report.unfinished:
         print(
-            _visible(
+            printable(
                 f"{run_id} {call_id}: unfinished (no RESULT: still running, or its process died)"
             )
         )
@@ -534,9 +653,21 @@ def _ledger_verify(args: argparse.Namespace) -> int:
 
 def _ledger_replay(args: argparse.Namespace) -> int:
     with _stored_ledger(args) as ledger:
-        for exchange in exchanges(_holding(ledger, args.run_id), args.run_id):
-            print(json.dumps(exchange.to_dict(), ensure_ascii=False))
-    return EXIT_OK
+        held = _holding(ledger, args.run_id, args)
+        report = held.verify(args.run_id)
+        _warn_unverified(report)
+        if not report.ok and not args.allow_broken:
+            refused = f"replay refused: run {args.run_id} fails verification"
+            print(f"{printable(refused)} (--allow-broken rebuilds it anyway)", file=sys.stderr)
+            return EXIT_FAILED
+        try:
+            for exchange in exchanges(held, args.run_id):
+                print(json.dumps(exchange.to_dict(), ensure_ascii=False))
+        except LedgerError as exc:
+            if not _undecodable(report):
+                raise
+            print(f"replay stopped: {printable(str(exc))}", file=sys.stderr)
+    return EXIT_OK if report.ok else EXIT_FAILED
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -654,7 +785,7 @@ def _print_json(value: Any) -> int:
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO | None = None) -> None:
     out = out or sys.stdout
-    shown = [[_visible(cell) for cell in row] for row in (header, *rows)]
+    shown = [[printable(cell) for cell in row] for row in (header, *rows)]
     widths = [min(max(len(row[i]) for row in shown), 60) for i in range(len(header) - 1)]
     for row in shown:
         cells = [_clip(cell, widths[i]).ljust(widths[i]) for i, cell in enumerate(row[:-1])]
@@ -662,17 +793,8 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO | N
 
 
 def _clip(text: str, limit: int) -> str:
-    text = _visible(text)
+    text = printable(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _visible(text: str) -> str:
-    """``text`` on one line, with control characters escaped (``\\x1b``) so that the
-    terminal shows them instead of obeying them."""
-    text = " ".join(text.split())
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 if __name__ == "__main__":

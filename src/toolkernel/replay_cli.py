@@ -64,6 +64,7 @@ from toolkernel.ledger import SqliteLedger
 from toolkernel.loop import FORMATS, Provider, tool_names
 from toolkernel.providers import NameMap, ProviderFormatError
 from toolkernel.run import Run, ToolCall
+from toolkernel.terminal import printable
 
 __all__ = ["EXIT_INVALID_INPUT", "EXIT_OK", "ReplayFamily", "Verdict", "run_replay"]
 
@@ -164,7 +165,7 @@ def run_replay(
 
 
 def _refuse(exc: ReplayInputError, err: TextIO | None) -> int:
-    print(f"{type(exc).__name__}: {exc}", file=err or sys.stderr)
+    print(f"{type(exc).__name__}: {printable(str(exc))}", file=err or sys.stderr)
     return EXIT_INVALID_INPUT
 
 

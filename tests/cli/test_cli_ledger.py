@@ -12,6 +12,37 @@ from toolkernel.cli import main
 READERS = [["verify"], ["show"], ["replay", "--run", "run-x"]]
 
 
+def forge(path: Path, run_id: str, seq: int, payload: dict) -> None:
+    """Replace an event's payload as someone with write access would who also recomputes
+    the hashes after it and the run's head: verify cannot tell."""
+    import sqlite3
+
+    from toolkernel.canonical import canonical_json
+    from toolkernel.ledger.base import chained_hash
+
+    db = sqlite3.connect(path)
+    try:
+        rows = db.execute(
+            "SELECT seq, type, at, tool_call_id, payload, prev_hash FROM events "
+            "WHERE run_id = ? ORDER BY seq",
+            (run_id,),
+        ).fetchall()
+        prev = rows[seq - 1][5]
+        for number, type_, at, call, text, _ in rows[seq - 1 :]:
+            text = canonical_json(payload).decode() if number == seq else text
+            digest = chained_hash(run_id, number, type_, at, call, text.encode(), prev)
+            db.execute(
+                "UPDATE events SET payload = ?, prev_hash = ?, hash = ? "
+                "WHERE run_id = ? AND seq = ?",
+                (text, prev, digest, run_id, number),
+            )
+            prev = digest
+        db.execute("UPDATE heads SET hash = ? WHERE run_id = ?", (prev, run_id))
+        db.commit()
+    finally:
+        db.close()
+
+
 def ledger(*args: str, workspace: Path) -> int:
     return main(["ledger", *args, "--workspace", str(workspace)])
 
@@ -48,21 +79,48 @@ def test_an_unknown_run_is_a_usage_error(capsys, workspace, command):
     assert "'nosuchrun'" in captured.err
 
 
-def test_an_empty_ledger_file_verifies_without_being_written(capsys, workspace):
+def test_an_empty_ledger_file_is_an_error_and_is_left_as_it_was(capsys, workspace):
+    # An emptied ledger is not an intact one.
     state = workspace / ".toolkernel"
     state.mkdir()
     (state / "ledger.db").touch()
-    assert ledger("verify", workspace=workspace) == 0
-    assert "0 runs, 0 events: intact" in capsys.readouterr().out
+    assert ledger("verify", workspace=workspace) == 2
+    captured = capsys.readouterr()
+    assert "intact" not in captured.out
+    assert captured.err.startswith("LedgerError: ")
+    assert "empty file" in captured.err
     assert ledger("verify", "--run", "nosuchrun", workspace=workspace) == 2
     assert [p.name for p in state.iterdir()] == ["ledger.db"]
     assert (state / "ledger.db").stat().st_size == 0
 
 
+def test_verify_without_a_ledger_says_so_and_does_not_pass(capsys, workspace):
+    # Nothing ran in the workspace yet, or the reviewer points at the wrong one: no pass.
+    path = workspace / ".toolkernel" / "ledger.db"
+    assert ledger("verify", workspace=workspace) == 1
+    captured = capsys.readouterr()
+    assert captured.out == f"no ledger at {path}: nothing recorded there yet, nothing verified\n"
+    assert "intact" not in captured.out
+    assert ledger("verify", "--run", "run-a", workspace=workspace) == 2
+    assert f"no ledger at {path}, so no run 'run-a'" in capsys.readouterr().err
+
+
 def test_reading_a_workspace_without_a_ledger_creates_none(capsys, workspace):
     assert ledger("show", workspace=workspace) == 0
-    assert ledger("verify", workspace=workspace) == 0
+    assert "no ledger at " in capsys.readouterr().err
+    assert ledger("verify", workspace=workspace) == 1
+    assert ledger("replay", "--run", "run-a", workspace=workspace) == 2
     assert not (workspace / ".toolkernel").exists()
+
+
+@pytest.mark.parametrize("command", [["ledger", "verify", "--workspace"], ["replay"]])
+def test_error_messages_escape_control_characters(capsys, tmp_path, command):
+    missing = tmp_path / "evil\x1b[2J\x07"
+    assert main([*command, str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err
+    assert "\x07" not in err
+    assert "evil\\x1b[2J\\x07" in err
 
 
 def test_ledger_show_escapes_control_characters(capsys, workspace):
@@ -107,8 +165,8 @@ def test_ledger_show_of_several_runs_says_which_run_each_event_is_in(capsys, wor
 
 
 @pytest.mark.parametrize("payload", ["[1,2]", '"text"', "null", "not json"])
-@pytest.mark.parametrize("command", [["show"], ["replay"]], ids=lambda c: c[0])
-def test_reading_an_event_whose_payload_is_not_an_object_says_verify(
+@pytest.mark.parametrize("command", [["show"], ["replay", "--allow-broken"]], ids=lambda c: c[0])
+def test_reading_an_event_whose_payload_is_not_an_object_names_it(
     capsys, workspace, command, payload
 ):
     import sqlite3
@@ -118,11 +176,11 @@ def test_reading_an_event_whose_payload_is_not_an_object_says_verify(
         db.execute("UPDATE events SET payload = ? WHERE type = 'TOOL_CALL_RESULT'", (payload,))
     db.close()
     capsys.readouterr()
-    assert ledger(*command, "--run", "run-a", workspace=workspace) == 2
+    assert ledger(*command, "--run", "run-a", workspace=workspace) == 1
     captured = capsys.readouterr()
-    assert captured.err.startswith("LedgerError: ")
-    assert "cannot be decoded" in captured.err
-    assert "verify the ledger" in captured.err
+    assert captured.err.startswith("warning: the ledger fails verification")
+    assert "run-a seq 4: bad_payload: " in captured.err
+    assert "event 4 of run 'run-a' cannot be decoded" in captured.err
     assert ledger("verify", workspace=workspace) == 1
     assert "bad_payload" in capsys.readouterr().out
 
@@ -135,12 +193,9 @@ def test_an_object_payload_shaped_unlike_its_event_is_shown_and_replay_says_veri
 ):
     # Only someone who also recomputed the hashes leaves such a payload: show lists it
     # with a note, replay refuses with the usual error, neither crashes.
-    import sqlite3
-
     assert main(["call", "memory.read", "--run", "run-a", "--workspace", str(workspace)]) == 0
-    with sqlite3.connect(workspace / ".toolkernel" / "ledger.db") as db:
-        db.execute("UPDATE events SET payload = ? WHERE type = 'TOOL_CALL_RESULT'", (payload,))
-    db.close()
+    forge(workspace / ".toolkernel" / "ledger.db", "run-a", 4, json.loads(payload))
+    assert ledger("verify", workspace=workspace) == 0
     capsys.readouterr()
     assert ledger("show", "--run", "run-a", workspace=workspace) == 0
     assert "TOOL_CALL_RESULT" in capsys.readouterr().out

@@ -1,5 +1,6 @@
 """``toolkernel ledger verify`` on an edited SQLite ledger: each edit is a problem of
-the run it is in (exit 1), the other runs are still verified, and nothing crashes."""
+the run it is in (exit 1), the other runs are still verified, and nothing crashes.
+``show`` names the same problems and shows the runs it can decode (exit 1)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,14 @@ MISSTORED = {
     ),
     "seq as text": "UPDATE events SET seq = '3x' WHERE {run} AND seq = 3",
     "seq as a real": "UPDATE events SET seq = 3.5 WHERE {run} AND seq = 3",
+    # Text that is not UTF-8, with a terminal escape that clears the screen.
+    "payload as text that is not UTF-8": (
+        "UPDATE events SET payload = CAST(X'1b5b324a464f52474544ff' AS TEXT) "
+        "WHERE {run} AND seq = 3"
+    ),
+    "at as text that is not UTF-8": (
+        "UPDATE events SET at = CAST(X'1b5b324aff' AS TEXT) WHERE {run} AND seq = 3"
+    ),
 }
 
 
@@ -69,13 +78,41 @@ def test_verify_reports_a_field_stored_as_another_type_and_goes_on(
 
 
 @pytest.mark.parametrize("change", sorted(MISSTORED))
-def test_show_of_a_field_stored_as_another_type_is_a_ledger_error(
+def test_show_of_a_field_stored_as_another_type_names_it_and_shows_the_other_run(
     capsys: pytest.CaptureFixture[str], two_runs: Path, change: str
 ) -> None:
     edit(two_runs, MISSTORED[change].format(run="run_id = 'run-a'"))
 
-    assert ledger("show", workspace=two_runs) == EXIT_USAGE
-    assert capsys.readouterr().err.startswith("LedgerError: ")
+    assert ledger("show", workspace=two_runs) == EXIT_BROKEN
+    captured = capsys.readouterr()
+    assert captured.err.startswith("warning: the ledger fails verification")
+    assert ": bad_payload: " in captured.err
+    assert "not shown: event " in captured.err
+    assert "cannot be decoded" in captured.err
+    assert [line.split()[0] for line in captured.out.splitlines()[1:]] == ["run-b"] * 4
+    assert "\x1b" not in captured.out + captured.err
+
+
+def test_text_that_is_not_utf8_is_a_bad_payload_at_its_event_and_never_printed_raw(
+    capsys: pytest.CaptureFixture[str], two_runs: Path
+) -> None:
+    edit(two_runs, MISSTORED["payload as text that is not UTF-8"].format(run="run_id = 'run-a'"))
+
+    assert ledger("verify", workspace=two_runs) == EXIT_BROKEN
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert captured.out.splitlines() == [
+        "run-a seq 3: bad_payload: payload is stored as text that is not UTF-8",
+        "2 runs, 8 events: BROKEN (1 problems)",
+    ]
+    assert ledger("verify", "--run", "run-b", workspace=two_runs) == EXIT_OK
+    capsys.readouterr()
+    for command in (["replay"], ["replay", "--allow-broken"]):
+        assert ledger(*command, "--run", "run-a", workspace=two_runs) == EXIT_BROKEN
+        captured = capsys.readouterr()
+        assert "run-a seq 3: bad_payload: " in captured.err
+        assert "\x1b" not in captured.out + captured.err
+    assert "replay stopped: event 3 of run 'run-a' cannot be decoded" in captured.err
 
 
 def test_verify_reports_an_index_entry_moved_to_the_calls_request(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 from toolkernel.cli import main
 from toolkernel.ledger import EventType, NewEvent, SqliteLedger
 from toolkernel.mcp import PinStore
@@ -29,6 +32,46 @@ def test_a_rejected_tool_is_explained_instead_of_not_found(capsys, workspace):
         assert "awaits approval" in err
         assert "rejected its definition" in err
         assert "P101: instructions aimed at the model at /description" in err
+
+
+def rejection(rule: str, message: str) -> NewEvent:
+    payload = {
+        "server": "fx",
+        "tool": "echo",
+        "name": "fx.echo",
+        "reasons": [{"rule": rule, "message": message, "pointer": "/description"}],
+    }
+    return NewEvent(EventType.REMOTE_TOOL_REJECTED, payload)
+
+
+def test_a_rejection_recorded_in_any_run_is_explained_by_the_latest(capsys, workspace):
+    # `toolkernel tools` and `call` record a rejection in their own run, not the
+    # admission run; of several, the latest is the one that holds.
+    with SqliteLedger(workspace / ".toolkernel" / "ledger.db") as ledger:
+        ledger.append("run-tools", [rejection("P101", "older")])
+        ledger.append(ADMISSION_RUN_ID, [rejection("P102", "in between")])
+        ledger.append("run-call", [rejection("P106", "latest")])
+    for command in ("diff", "approve"):
+        assert main(["mcp", command, "fx", "echo", "--workspace", str(workspace)]) == 2
+        err = capsys.readouterr().err
+        assert "rejected its definition" in err
+        assert "(P106: latest at /description)" in err
+
+
+def test_a_tool_rejected_by_toolkernel_tools_is_explained(capsys, workspace):
+    fixture = Path(__file__).resolve().parents[1] / "mcp" / "fixtures" / "fixture_server.py"
+    (workspace / "toolkernel.toml").write_text(
+        '[run]\nprofile = "full"\n[policy]\nnetwork = "allow"\n'
+        f'[[mcp.servers]]\nname = "fx"\ncommand = ["{sys.executable}", "{fixture}", "--poison"]\n'
+    )
+    assert main(["tools", "--workspace", str(workspace)]) == 0
+    capsys.readouterr()
+    for command in ("diff", "approve"):
+        assert main(["mcp", command, "fx", "add", "--workspace", str(workspace)]) == 2
+        err = capsys.readouterr().err
+        assert "no changed or new definition of fx.add awaits approval" in err
+        assert "the bridge rejected its definition at " in err
+        assert "P106: holds an instruction tag" in err
 
 
 def test_without_a_rejection_the_plain_message_stays(capsys, workspace):

@@ -3,9 +3,10 @@ keeps is tested in ``test_ledger_contract``)."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -147,6 +148,16 @@ _MISSTORED = {
         "UPDATE events SET seq = 2.5 WHERE run_id = 'run-1' AND seq = 2",
         ("seq 2.5 is stored as a real", [("run-1", None)]),
     ),
+    # SQLite keeps any bytes as text; Python's reader would give up on the whole read.
+    "payload as text that is not UTF-8": (
+        "UPDATE events SET payload = CAST(X'7b226e223a327dff' AS TEXT) "
+        "WHERE run_id = 'run-1' AND seq = 2",
+        ("payload is stored as text that is not UTF-8", [("run-1", 2)]),
+    ),
+    "at as text that is not UTF-8": (
+        "UPDATE events SET at = CAST(X'32303236ff' AS TEXT) WHERE run_id = 'run-1' AND seq = 2",
+        ("at is stored as text that is not UTF-8", [("run-1", 2)]),
+    ),
 }
 
 
@@ -252,6 +263,40 @@ def test_a_read_only_ledger_refuses_a_newer_schema_version(db_path: Path) -> Non
 
 def test_a_read_only_ledger_of_a_missing_file_creates_nothing(tmp_path: Path) -> None:
     path = tmp_path / "none" / "ledger.db"
-    with pytest.raises(LedgerError):
+    with pytest.raises(LedgerError, match="there is no ledger at"):
         SqliteLedger(path, read_only=True)
     assert not path.parent.exists()
+
+
+def test_a_read_only_ledger_of_text_that_is_not_utf8_verifies_it_as_a_bad_payload(
+    ledger: SqliteLedger, db_path: Path
+) -> None:
+    ledger.append("run-1", [request(1), request(2)])
+    ledger.append("run-2", [request(1)])
+    tamper(db_path, _MISSTORED["payload as text that is not UTF-8"][0])
+
+    with SqliteLedger(db_path, read_only=True) as reader:
+        report = reader.verify()
+        with pytest.raises(LedgerError, match=r"event 2 of run 'run-1' cannot be decoded"):
+            reader.events("run-1")
+        assert [e.seq for e in reader.events("run-2")] == [1]
+    assert [(p.run_id, p.seq, p.kind) for p in report.problems] == [("run-1", 2, "bad_payload")]
+    assert report.events_checked == 3
+
+
+@pytest.mark.parametrize(
+    ("make", "refusal"),
+    [
+        (lambda path: path.symlink_to(path.parent / "gone.db"), "is a symbolic link to "),
+        (lambda path: path.touch(), "is an empty file"),
+        (lambda path: path.mkdir(), "is not a regular file"),
+    ],
+    ids=["dangling link", "empty file", "directory"],
+)
+def test_a_read_only_ledger_refuses_what_is_not_a_ledger_file(
+    tmp_path: Path, make: Callable[[Path], None], refusal: str
+) -> None:
+    path = tmp_path / "ledger.db"
+    make(path)
+    with pytest.raises(LedgerError, match=re.escape(f"the ledger at {path} {refusal}")):
+        SqliteLedger(path, read_only=True)

@@ -5,8 +5,9 @@ the same columns in SQLite and PostgreSQL, so both chain and verify identically.
 index entry is ``(tool_name, key, run_id, seq)``: the idempotency index, which lives
 outside the chain and is checked against it.
 
-SQLite stores whatever a column is given (a blob, a real), so every field is checked
-for its type before it is hashed or decoded: an edited row is a problem, never a crash.
+SQLite stores whatever a column is given (a blob, a real, text that is not UTF-8), so
+every field is checked for its type before it is hashed or decoded: an edited row is a
+problem, never a crash.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ __all__ = [
     "Head",
     "IndexEntry",
     "Prepared",
+    "Undecoded",
     "Verifier",
     "chain_rows",
     "row_event",
@@ -46,6 +48,12 @@ Prepared = tuple[EventType, str | None, bytes, tuple[str, str] | None]
 
 IndexEntry = tuple[Any, Any, Any, Any]
 """(tool_name, key, run_id, seq) of an idempotency index entry, as stored."""
+
+
+class Undecoded(bytes):
+    """A stored text field that is not UTF-8, as its bytes: a backend reads it so, rather
+    than failing the whole read, and the field is reported like one of another type."""
+
 
 _TYPES: Final = frozenset(t.value for t in EventType)
 _TEXT_COLUMNS: Final = (
@@ -120,14 +128,26 @@ def _misstored(row: tuple[Any, ...]) -> str | None:
         return f"an event's seq {row[1]!r} is stored as {_storage(row[1])}, not an integer"
     for name, position in _TEXT_COLUMNS:
         if not isinstance(row[position], str):
-            return f"{name} is stored as {_storage(row[position])}, not text"
+            return _not_text(name, row[position])
     if row[4] is not None and not isinstance(row[4], str):
-        return f"tool_call_id is stored as {_storage(row[4])}, not text"
+        return _not_text("tool_call_id", row[4])
     return None
 
 
+def _not_text(name: str, value: object) -> str:
+    if isinstance(value, Undecoded):
+        return f"{name} is stored as text that is not UTF-8"
+    return f"{name} is stored as {_storage(value)}, not text"
+
+
 def _storage(value: object) -> str:
-    kinds = {bytes: "a blob", float: "a real", int: "an integer", str: "text"}
+    kinds = {
+        bytes: "a blob",
+        Undecoded: "text that is not UTF-8",
+        float: "a real",
+        int: "an integer",
+        str: "text",
+    }
     return "null" if value is None else kinds.get(type(value), type(value).__name__)
 
 

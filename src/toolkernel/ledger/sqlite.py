@@ -13,12 +13,16 @@ otherwise it is reloaded within the same transaction.
 
 Opened ``read_only``, the file is only read: nothing is created, migrated or switched
 to WAL, so an auditor may verify a ledger they cannot write, or an archived copy.
+
+Stored text that is not UTF-8 (written by hand) is read as its bytes, so that ``verify``
+reports it at its run and seq instead of failing the whole read.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -41,6 +45,7 @@ from toolkernel.ledger.base import (
 from toolkernel.ledger.rows import (
     Head,
     Prepared,
+    Undecoded,
     Verifier,
     chain_rows,
     row_event,
@@ -164,11 +169,13 @@ class SqliteLedger(Ledger):
         synchronous: ``"normal"`` survives an application crash; ``"full"`` also
             survives power loss, at the cost of an fsync per append.
         read_only: only read the file, which must hold a ledger: nothing is created or
-            changed, and appends raise :class:`LedgerError`.
+            changed, and appends raise :class:`LedgerError`. What is not a ledger file
+            (nothing, a dangling link, a FIFO, an empty file) is refused, never waited on.
 
     Raises:
         LedgerError: the file could not be created or opened, was written by a newer
-            schema version, or (``read_only``) lacks the ledger's tables.
+            schema version, or (``read_only``) is not a ledger file or lacks the
+            ledger's tables.
     """
 
     def __init__(
@@ -422,6 +429,7 @@ def _open(path: Path, synchronous: str) -> sqlite3.Connection:
     conn = sqlite3.connect(
         path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
     )
+    conn.text_factory = _text
     try:
         _configure(conn, path, synchronous)
         _migrate(conn)
@@ -433,6 +441,7 @@ def _open(path: Path, synchronous: str) -> sqlite3.Connection:
 
 def _open_read_only(path: Path) -> sqlite3.Connection:
     """A connection that only reads ``path``: nothing created, migrated or switched."""
+    _check_file(path)
     uri = path.absolute().as_uri()
     try:
         return _connect_read_only(f"{uri}?mode=ro", path)
@@ -445,6 +454,28 @@ def _open_read_only(path: Path) -> sqlite3.Connection:
     # immutable=1 reads without the -shm and without locks: a writer that starts
     # meanwhile (one who may write the directory) could change pages under the read.
     return _connect_read_only(f"{uri}?immutable=1", path)
+
+
+def _check_file(path: Path) -> None:
+    """Refuse what SQLite would misread before it opens it: opening a FIFO waits for a
+    writer, and an empty file (or none) reads as an empty database."""
+    try:
+        status = path.stat()
+    except FileNotFoundError:
+        if path.is_symlink():
+            raise LedgerError(
+                f"the ledger at {path} is a symbolic link to {path.readlink()}, "
+                "which does not exist"
+            ) from None
+        raise LedgerError(f"there is no ledger at {path}") from None
+    except OSError as exc:
+        raise LedgerError(f"cannot read the ledger at {path}: {exc.strerror}") from exc
+    if not stat.S_ISREG(status.st_mode):
+        raise LedgerError(f"the ledger at {path} is not a regular file")
+    if status.st_size == 0 and not path.with_name(f"{path.name}-wal").exists():
+        raise LedgerError(
+            f"the ledger at {path} is an empty file: it was emptied, or never written"
+        )
 
 
 def _unreadable_without_shm(exc: sqlite3.OperationalError, path: Path) -> bool:
@@ -470,6 +501,7 @@ def _connect_read_only(uri: str, path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(
         uri, uri=True, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
     )
+    conn.text_factory = _text
     try:
         _check_tables(conn, path)
         _check_version(conn.execute("SELECT max(version) FROM schema_version").fetchone()[0])
@@ -477,6 +509,15 @@ def _connect_read_only(uri: str, path: Path) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _text(raw: bytes) -> str | Undecoded:
+    """A text field as ``str``; one that is not UTF-8 as :class:`Undecoded`, which
+    ``verify`` reports as ``bad_payload`` and readers refuse, naming the event."""
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return Undecoded(raw)
 
 
 def _check_tables(conn: sqlite3.Connection, path: Path) -> None:
