@@ -12,6 +12,7 @@ wrote into the ledger, is never sent to the terminal raw.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import logging
 import os
@@ -78,6 +79,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toolkernel", description="The governed tool-calling runtime of a coding agent."
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s {importlib.metadata.version('toolkernel')}",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -183,7 +189,12 @@ def _parser() -> argparse.ArgumentParser:
     mcp = commands.add_parser("mcp", help="inspect downstream MCP servers and their pins")
     mcp_commands = mcp.add_subparsers(dest="mcp_command", required=True)
     inspect = mcp_commands.add_parser(
-        "inspect", help="list a server's tools with lint findings, trust and pins"
+        "inspect",
+        help="list a server's tools with lint findings, trust and pins",
+        description="Connect to a server once and report each tool: its lint findings, "
+        "whether the bridge would accept it, the risk the kernel would assign and its pin. "
+        "Exit 0 when every tool would be accepted, 1 when any would be rejected, 2 when the "
+        "server cannot be reached.",
     )
     _common(inspect)
     inspect.add_argument("--name", default="server", help="the server's namespace")
@@ -340,7 +351,8 @@ def _mcp_inspect(args: argparse.Namespace) -> int:
         )
     )
     sys.stdout.write(render_inspect(report, args.format))
-    return EXIT_OK
+    # As lint exits 1 on an error finding: a CI step can gate on a server's tools.
+    return EXIT_FAILED if any(tool.decision == "reject" for tool in report.tools) else EXIT_OK
 
 
 def _mcp_diff(args: argparse.Namespace) -> int:

@@ -253,3 +253,20 @@ def test_inspect_text_escapes_everything_the_server_said():
     assert "\\x1b[2J" in text
     assert text.count("\n") == 8  # a newline in a name cannot add a line of its own
     assert "        pin sha256:00" in text  # the layout is kept
+
+
+@pytest.mark.parametrize(("poison", "code"), [((), 0), (("--poison",), 1)])
+def test_inspect_exits_1_when_the_bridge_would_reject_a_tool(tmp_path, capfd, poison, code):
+    server = [sys.executable, str(FIXTURE_SERVER), *poison]
+    argv = ["mcp", "inspect", "--workspace", str(tmp_path), "--", *server]
+    assert cli_main(argv) == code
+    out = capfd.readouterr().out
+    assert ("REJECT  server.add" in out) is bool(poison)
+    assert "ACCEPT  server.echo" in out
+
+
+def test_version_names_the_installed_package(capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli_main(["--version"])
+    assert exited.value.code == 0
+    assert re.fullmatch(r"toolkernel \d+\.\d+\.\d+\S*\n", capsys.readouterr().out)
