@@ -33,7 +33,7 @@ from toolkernel.codes import CATALOG, Status
 from toolkernel.config import CONFIG_SCHEMA, Config, load_config
 from toolkernel.context import RunState
 from toolkernel.definition import ToolDefinition
-from toolkernel.errors import ToolkernelError, UsageError
+from toolkernel.errors import LedgerMissing, ToolkernelError, UsageError
 from toolkernel.kernel import Kernel, open_ledger
 from toolkernel.ledger import (
     Event,
@@ -465,7 +465,12 @@ def _stored_ledger(args: argparse.Namespace) -> Iterator[Ledger | None]:
     """
     config = _config(args)
     if config.ledger.backend != "sqlite":
-        with open_ledger(config) as ledger:
+        try:
+            opened = open_ledger(config, read_only=True)
+        except LedgerMissing:
+            yield None
+            return
+        with opened as ledger:
             yield ledger
     elif _nothing_at(config.ledger_path):
         yield None
@@ -486,7 +491,10 @@ def _nothing_at(path: Path) -> bool:
 
 
 def _absent(args: argparse.Namespace) -> str:
-    return f"no ledger at {_config(args).ledger_path}"
+    config = _config(args)
+    if config.ledger.backend != "sqlite":
+        return f"no ledger in PostgreSQL schema {config.ledger.schema!r}"
+    return f"no ledger at {config.ledger_path}"
 
 
 def _holding(ledger: Ledger | None, run_id: str, args: argparse.Namespace) -> Ledger:

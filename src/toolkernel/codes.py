@@ -83,6 +83,7 @@ class ErrorCode(StrEnum):
     NOT_FOUND = "NOT_FOUND"
     OUTPUT_CONTRACT_VIOLATION = "OUTPUT_CONTRACT_VIOLATION"
     REMOTE_ERROR = "REMOTE_ERROR"
+    LEDGER_UNAVAILABLE = "LEDGER_UNAVAILABLE"
     INTERNAL_ERROR = "INTERNAL_ERROR"
 
     # TIMED_OUT
@@ -327,6 +328,13 @@ CATALOG: Final[dict[ErrorCode, CodeInfo]] = {
         _F,
         True,
         "The remote tool {tool} failed ({detail}). {advice}",
+    ),
+    ErrorCode.LEDGER_UNAVAILABLE: CodeInfo(
+        # Only where no caller can take a LedgerError: the MCP gateway's clients.
+        _F,
+        True,
+        "The runtime could not record this call of {tool} in its audit ledger, so no "
+        "result is given. Repeat the call later; if it keeps failing, tell the user.",
     ),
     ErrorCode.INTERNAL_ERROR: CodeInfo(
         _F,

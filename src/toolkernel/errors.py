@@ -32,6 +32,7 @@ __all__ = [
     "ConfigError",
     "DefinitionError",
     "LedgerError",
+    "LedgerMissing",
     "SandboxUnavailable",
     "ToolFailed",
     "ToolPartial",
@@ -61,7 +62,19 @@ class DefinitionError(ToolkernelError):
 
 
 class LedgerError(ToolkernelError):
-    """The ledger could not record or read events; nothing is silently lost."""
+    """The ledger could not record or read events; nothing is silently lost.
+
+    ``maybe_stored`` is set when an append's connection dropped during its commit and
+    the ledger could not find out whether it was stored: appending the same events
+    again could store them twice (``verify`` and ``events`` tell, once it is reachable).
+    """
+
+    maybe_stored: bool = False
+
+
+class LedgerMissing(LedgerError):
+    """A ledger opened only to be read is not there: nothing was recorded where the
+    configuration points yet (or the path or schema is wrong)."""
 
 
 class SandboxUnavailable(ToolkernelError):

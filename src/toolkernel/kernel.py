@@ -266,8 +266,12 @@ class _Journal:
                     self._ledger.append_durable([(self._run_id, events)])
                 else:
                     self._ledger.append_batch([(self._run_id, events)])
+            except LedgerError as exc:
+                if not exc.maybe_stored:  # nothing was stored: a later flush tries again
+                    self._events[:0] = events
+                raise
             except BaseException:
-                self._events[:0] = events  # nothing was stored: a later flush tries again
+                self._events[:0] = events
                 raise
         elif durable:
             self._ledger.sync()
@@ -1375,8 +1379,9 @@ def _utf8(value: Any) -> Any:
 
 def _storable(call: ToolCall) -> ToolCall:
     """``call`` with every text field that has no UTF-8 form (a lone surrogate, e.g. from
-    a non-UTF-8 command line) spelled with backslash escapes, so that its REQUEST can be
-    recorded; such a name then matches no tool and the call is refused as unknown.
+    a non-UTF-8 command line) or holds NUL (which PostgreSQL text cannot) spelled with
+    backslash escapes, so that its REQUEST can be recorded in either backend; such a name
+    then matches no tool and the call is refused as unknown.
 
     Raises:
         TypeError: a text field (an idempotency key, say) is not a string.
@@ -1387,6 +1392,8 @@ def _storable(call: ToolCall) -> ToolCall:
         if text is not None and not isinstance(text, str):
             # The caller's mistake, not the model's: nothing is recorded or run.
             raise TypeError(f"ToolCall.{name} must be a string, not {type(text).__name__}")
+        if isinstance(text, str) and "\0" in text:  # no database text holds NUL
+            text = changes[name] = text.replace("\0", "\\x00")
         if isinstance(text, str) and not text.isascii():
             try:
                 text.encode("utf-8")
@@ -1480,12 +1487,14 @@ def _approval_required_message(tool: str, reasons: Sequence[str]) -> str:
     )
 
 
-def open_ledger(config: Config) -> Ledger:
-    """The ledger ``config`` names (``[ledger]``), as a kernel opens it.
+def open_ledger(config: Config, *, read_only: bool = False) -> Ledger:
+    """The ledger ``config`` names (``[ledger]``), as a kernel opens it; ``read_only``
+    (a PostgreSQL ledger, as ``ledger verify`` opens it) creates nothing.
 
     Raises:
         ConfigError: the postgres backend without a DSN, or without psycopg installed.
         LedgerError: the ledger cannot be opened or reached.
+        LedgerMissing: (``read_only``) there is no ledger where ``config`` points.
     """
     settings = config.ledger
     if settings.backend == "postgres":
@@ -1498,7 +1507,7 @@ def open_ledger(config: Config) -> Ledger:
 
         if settings.dsn is None:
             raise ConfigError("ledger.dsn: the postgres backend needs a DSN")
-        ledger: Ledger = PostgresLedger(settings.dsn, schema=settings.schema)
+        ledger: Ledger = PostgresLedger(settings.dsn, schema=settings.schema, read_only=read_only)
     else:
         ledger = SqliteLedger(config.ledger_path, synchronous=settings.synchronous)
     return GroupCommitLedger(ledger) if settings.commit == "group" else ledger

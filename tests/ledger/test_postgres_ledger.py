@@ -16,9 +16,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import psycopg
 import pytest
 
+from toolkernel.cli import main as cli_main
+from toolkernel.errors import LedgerMissing
 from toolkernel.ledger import (
     Event,
     EventType,
@@ -26,8 +29,11 @@ from toolkernel.ledger import (
     LedgerError,
     NewEvent,
     SqliteLedger,
+    postgres,
 )
 from toolkernel.ledger.postgres import PostgresLedger
+from toolkernel.run import ToolCall
+from toolkernel.testing import make_kernel
 
 
 @pytest.fixture
@@ -187,21 +193,124 @@ def test_a_nul_character_in_an_id_is_refused_before_anything_is_stored(
     assert ledger.verify("run\0").ok
 
 
-def test_a_dropped_connection_raises_and_the_next_append_reconnects(
-    ledger: PostgresLedger, dsn: str, schema: str
-) -> None:
-    ledger.append("run-1", [request(1)])
+def drop(ledger: PostgresLedger, dsn: str, schema: str) -> None:
+    """End the ledger's server session, as a restart or a failover does."""
     pid = ledger._conn.info.backend_pid  # fault injection: no public way to drop it
     with admin(dsn, schema) as conn:
         conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
 
-    with pytest.raises(LedgerError) as caught:
-        ledger.append("run-1", [request(2)])
-    assert isinstance(caught.value.__cause__, psycopg.OperationalError)
 
+def test_after_a_dropped_connection_appends_and_reads_go_on_on_a_new_one(
+    ledger: PostgresLedger, dsn: str, schema: str
+) -> None:
+    # The first call after a server restart used to fail, its events stored anyway.
+    ledger.append("run-1", [request(1)])
+    drop(ledger, dsn, schema)
     (event,) = ledger.append("run-1", [request(2)])
     assert event.seq == 2
+    drop(ledger, dsn, schema)
+    assert [e.seq for e in ledger.events("run-1")] == [1, 2]
+    drop(ledger, dsn, schema)
+    ledger.append_batch([("run-1", [request(3)]), ("run-2", [request(1)])])
+    drop(ledger, dsn, schema)
+    assert ledger.claim_key("t", "k", "me", 30)
+    drop(ledger, dsn, schema)
     assert ledger.verify().ok
+    assert [e.seq for e in ledger.events("run-1")] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("stored", [True, False])
+@pytest.mark.parametrize("batch", [False, True])
+def test_an_append_cut_off_by_a_drop_is_stored_once_whether_or_not_it_was_committed(
+    ledger: PostgresLedger, monkeypatch: pytest.MonkeyPatch, stored: bool, batch: bool
+) -> None:
+    # A commit whose answer was lost used to be appended again: the call twice.
+    ledger.append("run-1", [request(1)])
+    real = postgres._try_append
+    cut: list[bool] = []
+
+    def cut_off(conn: Any, *args: Any) -> bool:
+        if not cut:
+            cut.append(True)
+            if stored:
+                real(conn, *args)  # the server commits; its answer never arrives
+            conn.close()
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return real(conn, *args)
+
+    monkeypatch.setattr(postgres, "_try_append", cut_off)
+    if batch:
+        ledger.append_batch([("run-1", [request(2), request(3)])])
+    else:
+        ledger.append("run-1", [request(2), request(3)])
+    assert cut
+    assert [e.seq for e in ledger.events("run-1")] == [1, 2, 3]
+    assert ledger.verify().ok
+    ledger.append("run-1", [request(4)])  # the head cache follows what was stored
+    assert [e.seq for e in ledger.events("run-1")] == [1, 2, 3, 4]
+
+
+def test_when_the_server_is_not_back_the_error_says_the_append_may_be_stored(
+    ledger: PostgresLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def cut_off(conn: Any, *args: Any) -> bool:
+        conn.close()
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    def unreachable(self: PostgresLedger) -> Any:
+        raise psycopg.OperationalError("connection refused")
+
+    monkeypatch.setattr(postgres, "_try_append", cut_off)
+    monkeypatch.setattr(PostgresLedger, "_connect", unreachable)
+    with pytest.raises(LedgerError, match="may be stored") as caught:
+        ledger.append("run-1", [request(1)])
+    assert caught.value.maybe_stored
+
+
+def test_every_wait_is_bounded(ledger: PostgresLedger) -> None:
+    settings = dict(
+        ledger._conn.execute(
+            "SELECT name, setting FROM pg_settings WHERE name IN "
+            "('statement_timeout', 'lock_timeout', 'idle_in_transaction_session_timeout')"
+        ).fetchall()
+    )
+    assert settings == {
+        "statement_timeout": "60000",
+        "lock_timeout": "10000",
+        "idle_in_transaction_session_timeout": "60000",
+    }
+    params = ledger._conn.info.get_parameters()
+    assert params["keepalives"] == "1"
+    assert params["tcp_user_timeout"] == "30000"
+
+
+def test_a_read_only_open_creates_nothing_and_says_there_is_no_ledger(
+    dsn: str, schema: str
+) -> None:
+    with pytest.raises(LedgerMissing, match="the schema does not exist"):
+        PostgresLedger(dsn, schema=schema, read_only=True)
+    with admin(dsn, "public") as conn:
+        found = conn.execute("SELECT to_regnamespace(%s)", (schema,)).fetchone()
+    assert found == (None,)
+    with PostgresLedger(dsn, schema=schema) as writer:
+        writer.append("run-1", [request(1)])
+    with PostgresLedger(dsn, schema=schema, read_only=True) as reader:
+        assert reader.verify().ok
+        with pytest.raises(LedgerError):
+            reader.append("run-1", [request(2)])
+
+
+def test_a_role_without_usage_on_the_schema_is_told_so(dsn: str, schema: str) -> None:
+    with PostgresLedger(dsn, schema=schema):
+        pass
+    role = f"r_{uuid.uuid4().hex[:8]}"
+    with admin(dsn, "public") as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'pw'")
+    params = psycopg.conninfo.conninfo_to_dict(dsn)
+    params.update(user=role, password="pw")
+    worker = psycopg.conninfo.make_conninfo(**params)
+    with pytest.raises(LedgerError, match="grant it USAGE"):
+        PostgresLedger(worker, schema=schema)
 
 
 def test_an_unreachable_server_raises_ledger_error(tmp_path: Path) -> None:
@@ -292,3 +401,45 @@ def test_an_awkward_schema_name_is_quoted_and_an_empty_one_refused(dsn: str) -> 
         assert ledger.verify().ok
     with pytest.raises(ValueError, match="schema"):
         PostgresLedger(dsn, schema="")
+
+
+def _workspace_on(tmp_path: Path, dsn: str, schema: str) -> Path:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "toolkernel.toml").write_text(
+        f'[ledger]\nbackend = "postgres"\ndsn = "{dsn}"\nschema = "{schema}"\n'
+    )
+    return workspace
+
+
+def test_verify_of_a_schema_that_holds_no_ledger_is_no_pass_and_creates_nothing(
+    tmp_path: Path, dsn: str, schema: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workspace = _workspace_on(tmp_path, dsn, schema)
+    assert cli_main(["ledger", "verify", "--workspace", str(workspace)]) == 1
+    assert f"no ledger in PostgreSQL schema {schema!r}" in capsys.readouterr().out
+    with admin(dsn, "public") as conn:
+        assert conn.execute("SELECT to_regnamespace(%s)", (schema,)).fetchone() == (None,)
+
+
+def test_a_nul_in_a_proposed_call_id_is_escaped_and_the_call_recorded(
+    tmp_path: Path, dsn: str, schema: str
+) -> None:
+    # PostgreSQL text cannot hold NUL: the whole turn used to raise, unrecorded.
+
+    workspace = _workspace_on(tmp_path, dsn, schema)
+    kernel = make_kernel(workspace, None, workspace_tools=False)
+    try:
+        run = kernel.start_run()
+        calls = [
+            ToolCall("memory.read", {}, tool_call_id="call_ok"),
+            ToolCall("memory.read", {}, tool_call_id="call_\0x", idempotency_key="k\0"),
+        ]
+        results = anyio.run(kernel.call_many, run, calls)
+        assert [r.tool_call_id for r in results] == ["call_ok", "call_\\x00x"]
+        assert all(r.status.value == "SUCCEEDED" for r in results)
+        recorded = {e.tool_call_id for e in kernel.ledger.events(run.id)}
+        assert {"call_ok", "call_\\x00x"} <= recorded
+        assert kernel.ledger.verify().ok
+    finally:
+        kernel.close()

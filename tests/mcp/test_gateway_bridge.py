@@ -16,7 +16,8 @@ from fixtures.bridge_support import FIXTURE_SERVER, OPEN_POLICY
 from gateway_harness import PYTHON, ledger_events, make_workspace, stdio_client
 
 from toolkernel.codes import ErrorCode
-from toolkernel.ledger import EventType
+from toolkernel.errors import LedgerError
+from toolkernel.ledger import EventType, SqliteLedger
 from toolkernel.mcp.gateway import Gateway, build_server
 from toolkernel.mcp.gateway_render import PROJECTION_META, RUN_META
 from toolkernel.testing import RecordingApprover, make_kernel
@@ -194,3 +195,39 @@ def test_a_kernel_with_its_own_approver_keeps_it_over_elicitation(tmp_path: Path
     assert result.is_error is False
     assert asked == []
     assert [r.tool_name for r in approver.requests] == ["fixture.erase"]
+
+
+class _FailingLedger(SqliteLedger):
+    """Stores until ``broken``; then every append fails, as a database that went away."""
+
+    broken = False
+
+    def append_batch(self, batches: Any) -> None:
+        if self.broken:
+            raise LedgerError("could not append a batch: server closed the connection")
+        super().append_batch(batches)
+
+
+def test_a_call_the_ledger_cannot_record_is_a_tool_error_not_a_protocol_error(
+    tmp_path: Path, caplog: Any
+) -> None:
+    # It reached the client as MCPError "unhandled errors in a TaskGroup" before.
+    ledger = _FailingLedger(tmp_path / "ledger.db")
+    kernel = make_kernel(tmp_path / "ws", OPEN_POLICY, ledger=ledger, workspace_tools=False)
+
+    async def main() -> Any:
+        async with Client(build_server(kernel, Gateway(kernel)), mode="legacy") as client:
+            ledger.broken = True
+            return await client.call_tool("memory.read", {})
+
+    try:
+        result = anyio.run(main)
+    finally:
+        ledger.broken = False
+        kernel.close()
+    assert result.is_error is True
+    projection = result.meta[PROJECTION_META]
+    assert projection["errorCode"] == ErrorCode.LEDGER_UNAVAILABLE
+    assert projection["retryable"] is True
+    assert "audit ledger" in result.content[0].text
+    assert any("could not be recorded" in r.getMessage() for r in caplog.records)

@@ -12,17 +12,22 @@ with ``SELECT … FOR UPDATE``, re-chains onto it and writes in the same transac
 Durability is the server's (``synchronous_commit``).
 
 One connection per ledger, shared by the threads that use it. A connection the server
-dropped is replaced on the next call; the call that saw it drop raises
-:class:`LedgerError`, and if that was an append whose commit was cut off, only
-:meth:`PostgresLedger.events` can tell whether it was stored.
+dropped (a restart, a failover, an idle kill) is replaced, and the call that found it
+dropped runs once more on the new one: a read as it was; an append only after checking
+whether its commit reached the server before the drop (its last event, which the hash
+identifies, is there or not), so it is never stored twice. When that cannot be found
+out (the server is still away), :class:`LedgerError` says so (``maybe_stored``).
+
+Every wait is bounded: connecting (10 s), a lock (10 s), a statement (60 s), a silent
+peer (TCP keepalives and a 30 s user timeout), unless the DSN says otherwise.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -31,6 +36,7 @@ from psycopg.errors import UniqueViolation
 
 from toolkernel.calls import timestamp
 from toolkernel.canonical import canonical_json
+from toolkernel.errors import LedgerMissing
 from toolkernel.ledger.base import (
     GENESIS_HASH,
     Event,
@@ -49,9 +55,20 @@ from toolkernel.ledger.rows import Head, Prepared, Verifier, chain_rows, row_eve
 __all__ = ["PostgresLedger"]
 
 SCHEMA_VERSION: Final = 1
-# Defaults for what the DSN does not set; a DSN's own values win.
-_CONNECT_TIMEOUT_S: Final = 10
-_APPLICATION_NAME: Final = "toolkernel-ledger"
+# Defaults for what the DSN does not set; a DSN's own values win. The keepalives and
+# the user timeout turn a peer that went silent (a hung host, a cut network) into an
+# error instead of a wait without end.
+_CONNECT_DEFAULTS: Final[dict[str, Any]] = {
+    "connect_timeout": 10,
+    "application_name": "toolkernel-ledger",
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,  # ms
+}
+# No statement of the ledger's takes long; one that does is stuck: fail loudly.
+_STATEMENT_TIMEOUT: Final = "60s"
 # Waiting this long for another worker's lock on a run's head is abnormal: fail loudly.
 _LOCK_TIMEOUT: Final = "10s"
 _VERIFY_BATCH: Final = 2000
@@ -171,6 +188,8 @@ _RENEW: Final = (
 _RELEASE: Final = "DELETE FROM idempotency_claims WHERE tool_name = %s AND key = %s AND owner = %s"
 
 _Conn = psycopg.Connection[tuple[Any, ...]]
+_T = TypeVar("_T")
+_STORED: Final = "SELECT 1 FROM events WHERE run_id = %s AND seq = %s AND hash = %s"
 # (type, tool_call_id, canonical payload, index_key) of an event about to be stored.
 
 
@@ -182,15 +201,18 @@ class PostgresLedger(Ledger):
             ``postgresql://worker@db/agents``); libpq's ``PG*`` environment variables
             fill in what it leaves out. ``connect_timeout`` defaults to 10 s.
         schema: The PostgreSQL schema holding the ledger's tables.
+        read_only: only read (an auditor's ``verify``): nothing is created, and
+            the session is read-only.
 
     Raises:
+        LedgerMissing: (``read_only``) the schema holds no ledger.
         LedgerError: the DSN is invalid, the server cannot be reached or refuses the
             login, its encoding is not UTF-8, the schema cannot be created, or it was
             written by a newer schema version.
         ValueError: ``schema`` is empty or holds a NUL character.
     """
 
-    def __init__(self, dsn: str, *, schema: str = "toolkernel") -> None:
+    def __init__(self, dsn: str, *, schema: str = "toolkernel", read_only: bool = False) -> None:
         if not schema or "\0" in schema:
             raise ValueError(f"schema must be a non-empty name without NUL, not {schema!r}")
         self._schema = schema
@@ -199,16 +221,20 @@ class PostgresLedger(Ledger):
         except psycopg.Error as exc:
             # psycopg's message quotes the DSN, which may hold a password.
             raise LedgerError("the ledger DSN is not a valid PostgreSQL connection string") from exc
-        self._params.setdefault("connect_timeout", _CONNECT_TIMEOUT_S)
-        self._params.setdefault("application_name", _APPLICATION_NAME)
+        for name, value in _CONNECT_DEFAULTS.items():
+            self._params.setdefault(name, value)
         self._where = _describe(self._params, schema)
         self._lock = threading.Lock()
         self._heads: dict[str, Head] = {}
+        # The rows each run's latest append attempt sent, to tell after a dropped
+        # connection whether its commit was stored.
+        self._attempted: dict[str, list[tuple[Any, ...]]] = {}
         self._closed = False
+        self._read_only = read_only
         with self._translate("open"):
             self._conn: _Conn = self._connect()
             try:
-                self._migrate()
+                self._check_present() if read_only else self._migrate()
             except BaseException:
                 self._conn.close()
                 raise
@@ -239,13 +265,12 @@ class PostgresLedger(Ledger):
         prepared = [_prepare(e) for e in events]
         at = timestamp()
         with self._lock:
-            try:
-                conn = self._live()
-                rows = self._append_one(conn, run_id, at, prepared)
-            except psycopg.Error as exc:
-                self._heads.pop(run_id, None)
-                raise self._append_error(exc, f"run {run_id!r}") from exc
-            self._heads[run_id] = (rows[-1][1], rows[-1][7])
+            self._appending(
+                f"run {run_id!r}",
+                [run_id],
+                lambda conn: self._append_one(conn, run_id, at, prepared),
+            )
+            rows = self._attempted[run_id]
         return stored_events(run_id, at, rows, prepared, events)
 
     def append_batch(self, batches: Sequence[tuple[str, Sequence[NewEvent]]]) -> None:
@@ -264,20 +289,15 @@ class PostgresLedger(Ledger):
         if not todo:
             return
         at = timestamp()
+
+        def store(conn: _Conn) -> None:
+            with conn.transaction():
+                # Runs in one order for every worker, so two batches cannot deadlock.
+                for run_id in sorted(todo):
+                    self._store(conn, run_id, at, todo[run_id])
+
         with self._lock:
-            heads: dict[str, Head] = {}
-            try:
-                conn = self._live()
-                with conn.transaction():
-                    # Runs in one order for every worker, so two batches cannot deadlock.
-                    for run_id in sorted(todo):
-                        rows = self._store(conn, run_id, at, todo[run_id])
-                        heads[run_id] = (rows[-1][1], rows[-1][7])
-            except psycopg.Error as exc:
-                for run_id in todo:
-                    self._heads.pop(run_id, None)
-                raise self._append_error(exc, "a batch") from exc
-            self._heads.update(heads)
+            self._appending("a batch", sorted(todo), store)
 
     def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
         """The events of ``run_id`` with ``seq > after_seq``, in ``seq`` order.
@@ -287,9 +307,10 @@ class PostgresLedger(Ledger):
         """
         if "\0" in run_id:
             return []  # such a run cannot have been stored
-        with self._lock, self._translate("read"):
-            rows = self._live().execute(_SELECT_EVENTS, (run_id, after_seq))
-            return [row_event(row) for row in rows]
+        rows = self._retrying(
+            "read", lambda conn: conn.execute(_SELECT_EVENTS, (run_id, after_seq)).fetchall()
+        )
+        return [row_event(row) for row in rows]
 
     def runs(self) -> list[RunSummary]:
         """Every run that has events, by first event time.
@@ -297,8 +318,8 @@ class PostgresLedger(Ledger):
         Raises:
             LedgerError: the runs could not be read.
         """
-        with self._lock, self._translate("read"):
-            return [RunSummary(*row) for row in self._live().execute(_SELECT_RUNS)]
+        rows = self._retrying("read", lambda conn: conn.execute(_SELECT_RUNS).fetchall())
+        return [RunSummary(*row) for row in rows]
 
     def find_indexed(self, tool_name: str, key: str) -> Event | None:
         """The event stored under ``(tool_name, key)``, or ``None``.
@@ -308,9 +329,10 @@ class PostgresLedger(Ledger):
         """
         if "\0" in tool_name or "\0" in key:
             return None
-        with self._lock, self._translate("read"):
-            row = self._live().execute(_SELECT_INDEXED, (tool_name, key)).fetchone()
-            return None if row is None else row_event(row)
+        row = self._retrying(
+            "read", lambda conn: conn.execute(_SELECT_INDEXED, (tool_name, key)).fetchone()
+        )
+        return None if row is None else row_event(row)
 
     def claim_key(self, tool_name: str, key: str, owner: str, lease_s: float) -> bool:
         """See :meth:`Ledger.claim_key`; the lease runs on the server's clock.
@@ -320,9 +342,11 @@ class PostgresLedger(Ledger):
         """
         if "\0" in tool_name or "\0" in key:
             return True  # never indexed either (PostgreSQL text cannot hold NUL)
-        with self._lock, self._translate("claim a key in"):
-            taken = self._live().execute(_CLAIM, (tool_name, key, owner, lease_s))
-            return taken.rowcount == 1
+        # Again after a drop is safe: the same owner takes its own claim over.
+        return self._retrying(
+            "claim a key in",
+            lambda conn: conn.execute(_CLAIM, (tool_name, key, owner, lease_s)).rowcount == 1,
+        )
 
     def renew_key(self, tool_name: str, key: str, owner: str, lease_s: float) -> bool:
         """See :meth:`Ledger.renew_key`.
@@ -332,9 +356,10 @@ class PostgresLedger(Ledger):
         """
         if "\0" in tool_name or "\0" in key:
             return True
-        with self._lock, self._translate("renew a key in"):
-            renewed = self._live().execute(_RENEW, (lease_s, tool_name, key, owner))
-            return renewed.rowcount == 1
+        return self._retrying(
+            "renew a key in",
+            lambda conn: conn.execute(_RENEW, (lease_s, tool_name, key, owner)).rowcount == 1,
+        )
 
     def release_key(self, tool_name: str, key: str, owner: str) -> None:
         """See :meth:`Ledger.release_key`.
@@ -344,8 +369,9 @@ class PostgresLedger(Ledger):
         """
         if "\0" in tool_name or "\0" in key:
             return
-        with self._lock, self._translate("release a key in"):
-            self._live().execute(_RELEASE, (tool_name, key, owner))
+        self._retrying(
+            "release a key in", lambda conn: conn.execute(_RELEASE, (tool_name, key, owner))
+        )
 
     def verify(self, run_id: str | None = None) -> VerifyReport:
         """Check the chain and head of one run, or of every run.
@@ -363,8 +389,8 @@ class PostgresLedger(Ledger):
             heads_sql, events_sql, params = _SELECT_HEADS, _SELECT_ALL_EVENTS, ()
         else:
             heads_sql, events_sql, params = _SELECT_RUN_HEAD, _SELECT_RUN_EVENTS, (run_id,)
-        with self._lock, self._translate("verify"):
-            conn = self._live()
+
+        def check(conn: _Conn) -> VerifyReport:
             with conn.transaction():
                 # One snapshot, so events and heads are seen at the same instant even
                 # while other workers append.
@@ -375,6 +401,8 @@ class PostgresLedger(Ledger):
                     cursor.itersize = _VERIFY_BATCH
                     cursor.execute(events_sql, params)
                     return verifier.run(cursor)
+
+        return self._retrying("verify", check)
 
     def close(self) -> None:
         """Close the connection. Closing twice is harmless."""
@@ -409,7 +437,7 @@ class PostgresLedger(Ledger):
         head = self._heads.get(run_id)
         if head is None:
             return None
-        rows = chain_rows(run_id, at, prepared, head)
+        rows = self._attempted[run_id] = chain_rows(run_id, at, prepared, head)
         return rows if _try_append(conn, head, rows, prepared) else None
 
     def _store_locked(
@@ -421,10 +449,72 @@ class PostgresLedger(Ledger):
         for _ in range(3):
             row = conn.execute(_LOCK_HEAD, (run_id,)).fetchone()
             head: Head = (0, GENESIS_HASH) if row is None else (row[0], row[1])
-            rows = chain_rows(run_id, at, prepared, head)
+            rows = self._attempted[run_id] = chain_rows(run_id, at, prepared, head)
             if _try_append(conn, head, rows, prepared):
                 return rows
         raise LedgerError(f"the head of run {run_id!r} in {self._where} moved under its lock")
+
+    def _appending(self, what: str, runs: list[str], attempt: Callable[[_Conn], object]) -> None:
+        """Run ``attempt`` (which records what it sends in ``_attempted``); after a drop,
+        find out whether it was stored, and if it was not, run it once more. On return,
+        ``_attempted`` holds each run's stored rows and the heads cache follows them.
+        The caller holds ``_lock``."""
+        self._attempted.clear()
+        conn: _Conn | None = None
+        try:
+            conn = self._live()
+            attempt(conn)
+        except psycopg.Error as exc:
+            for run_id in runs:
+                self._heads.pop(run_id, None)
+            if conn is None or not _dropped(conn):
+                raise self._append_error(exc, what) from exc
+            self._after_drop(what, runs, attempt, exc)
+        for run_id in runs:
+            rows = self._attempted[run_id]
+            self._heads[run_id] = (rows[-1][1], rows[-1][7])
+
+    def _after_drop(
+        self, what: str, runs: list[str], attempt: Callable[[_Conn], object], cause: Exception
+    ) -> None:
+        sent = {run_id: self._attempted.get(run_id) for run_id in runs}
+        try:
+            conn = self._live()
+            found = [
+                rows is not None
+                and conn.execute(_STORED, (run_id, rows[-1][1], rows[-1][7])).fetchone() is not None
+                for run_id, rows in sent.items()
+            ]
+        except psycopg.Error as exc:
+            error = LedgerError(
+                f"could not append {what} to {self._where}: the connection dropped during "
+                f"the commit and the server is not back ({_one_line(exc)}); the events may "
+                "be stored: verify the ledger"
+            )
+            error.maybe_stored = True
+            raise error from cause
+        if all(found):
+            return  # the commit was stored; only its answer was lost
+        if any(found):  # one transaction: all or nothing
+            raise LedgerError(f"{what} in {self._where} was stored in part; verify the ledger")
+        try:
+            attempt(conn)
+        except psycopg.Error as exc:
+            for run_id in runs:
+                self._heads.pop(run_id, None)
+            raise self._append_error(exc, what) from exc
+
+    def _retrying(self, action: str, work: Callable[[_Conn], _T]) -> _T:
+        """``work`` on the live connection, and once more on a new one if the server had
+        dropped the old one (a restart, a failover): only for work that may be repeated."""
+        with self._lock, self._translate(action):
+            conn = self._live()
+            try:
+                return work(conn)
+            except psycopg.OperationalError:
+                if not _dropped(conn):
+                    raise
+            return work(self._live())
 
     def _append_error(self, exc: psycopg.Error, what: str) -> LedgerError:
         if isinstance(exc, UniqueViolation):
@@ -442,8 +532,15 @@ class PostgresLedger(Ledger):
             _check_encoding(conn, self._where)
             conn.execute(
                 "SELECT set_config('search_path', %s, false), "
-                "set_config('lock_timeout', %s, false)",
-                (sql.Identifier(self._schema).as_string(), _LOCK_TIMEOUT),
+                "set_config('lock_timeout', %s, false), "
+                "set_config('statement_timeout', %s, false), "
+                "set_config('idle_in_transaction_session_timeout', %s, false)",
+                (
+                    sql.Identifier(self._schema).as_string(),
+                    _LOCK_TIMEOUT,
+                    _STATEMENT_TIMEOUT,
+                    _STATEMENT_TIMEOUT,
+                ),
             )
         except BaseException:
             conn.close()
@@ -460,8 +557,36 @@ class PostgresLedger(Ledger):
             self._conn = self._connect()
         return self._conn
 
+    def _check_present(self) -> None:
+        """For a read-only open: the schema holds a ledger this toolkernel can read."""
+        conn = self._conn
+        conn.execute("SET default_transaction_read_only = on")
+        if not self._usable_schema(conn):
+            raise LedgerMissing(f"there is no ledger in {self._where}: the schema does not exist")
+        found = conn.execute("SELECT to_regclass('schema_version')").fetchone()
+        if found is None or found[0] is None:
+            raise LedgerMissing(f"there is no ledger in {self._where}: its tables do not exist")
+        self._stamp_version(conn)
+
+    def _usable_schema(self, conn: _Conn) -> bool:
+        """Whether the schema exists; a role that may not use it is told so, rather than
+        being sent to create what is there."""
+        row = conn.execute(
+            "SELECT n.oid IS NOT NULL, has_schema_privilege(n.oid, 'USAGE') "
+            "FROM (SELECT to_regnamespace(quote_ident(%s)) AS oid) AS n",
+            (self._schema,),
+        ).fetchone()
+        exists, usable = row if row is not None else (False, None)
+        if exists and not usable:
+            raise LedgerError(
+                f"the database role may not use the schema of {self._where}: grant it USAGE "
+                "(and SELECT, INSERT, UPDATE, DELETE on its tables)"
+            )
+        return bool(exists)
+
     def _migrate(self) -> None:
         conn = self._conn
+        self._usable_schema(conn)
         with conn.transaction():
             # Workers starting together would otherwise race on CREATE … IF NOT EXISTS,
             # which is not atomic in PostgreSQL.
@@ -483,6 +608,8 @@ class PostgresLedger(Ledger):
         # Migrations to later versions go here, each recorded with its own row.
         row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
         version = None if row is None else row[0]
+        if version is None and self._read_only:
+            raise LedgerMissing(f"there is no ledger in {self._where}: it was never stamped")
         if version is None:
             conn.execute(
                 "INSERT INTO schema_version (version, applied_at) VALUES (%s, %s)",
@@ -541,6 +668,11 @@ def _prepare(event: NewEvent) -> Prepared:
         canonical_json(event.payload),
         event.index_key,
     )
+
+
+def _dropped(conn: _Conn) -> bool:
+    """Whether ``conn`` failed because the connection itself is gone (not a statement)."""
+    return conn.closed or conn.broken
 
 
 def _check_encoding(conn: _Conn, where: str) -> None:

@@ -58,7 +58,7 @@ from toolkernel.approval import Approver
 from toolkernel.calls import ToolCallResult, new_id
 from toolkernel.cancel import CancellationToken
 from toolkernel.codes import ErrorCode, Status, safe_message
-from toolkernel.errors import UsageError
+from toolkernel.errors import LedgerError, UsageError
 from toolkernel.kernel import Kernel
 from toolkernel.mcp.gateway_approval import (
     APPROVAL_INPUT,
@@ -222,6 +222,14 @@ class Gateway:
                         on_progress=relay.push if relay else None,
                         approver=approver,
                         requested_by=_requester(ctx),
+                    )
+                except LedgerError as exc:
+                    # The audit ledger cannot record (its database is down, the disk is
+                    # full): the client gets a tool error it can act on, the operator
+                    # one line saying why.
+                    _log.error("call %s of %s could not be recorded: %s", call_id, name, exc)
+                    result = ToolCallResult.from_code(
+                        call_id, ErrorCode.LEDGER_UNAVAILABLE, tool=name
                     )
                 finally:
                     done.set()
