@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_to_bytes, urlsplit
@@ -249,6 +251,47 @@ def test_a_file_larger_than_the_limit_is_not_read_whole(tmp_path: Path) -> None:
     report, code = run_lint([big], "json")
     assert code == EXIT_ERRORS
     assert [f["rule"] for f in json.loads(report)] == ["F001"]
+
+
+def release_reader(fifo: Path) -> None:
+    """Give a reader blocked opening ``fifo`` a writer that closes at once (EOF)."""
+    with contextlib.suppress(OSError):  # ENXIO: nobody is reading, nothing to release
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def test_a_named_pipe_without_a_writer_reads_as_empty_and_the_next_file_is_linted(
+    tmp_path: Path,
+) -> None:
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    poisoned = write(tmp_path, "poisoned.json", json.dumps(POISONED))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        future = pool.submit(run_lint, [fifo, poisoned], "json")
+        try:
+            report, code = future.result(timeout=10)
+        finally:
+            release_reader(fifo)
+    findings = json.loads(report)
+    assert code == EXIT_ERRORS
+    assert [(f["file"], f["message"]) for f in findings if f["rule"] == "F001"] == [
+        (fifo.as_posix(), "empty file")
+    ]
+    assert "P101" in {f["rule"] for f in findings if f["file"] == poisoned.as_posix()}
+
+
+def test_a_pipe_is_read_to_its_end_while_its_writer_is_still_writing() -> None:
+    data = json.dumps(POISONED).encode()
+    read_end, write_end = os.pipe()
+    try:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            os.write(write_end, data[:10])
+            future = pool.submit(run_lint, [Path(f"/dev/fd/{read_end}")], "json")
+            os.write(write_end, data[10:])
+            os.close(write_end)
+            report, _ = future.result(timeout=10)
+    finally:
+        os.close(read_end)
+    assert {"P101", "P102"} <= {f["rule"] for f in json.loads(report)}
 
 
 def test_only_unloadable_files_still_render_a_full_report(tmp_path: Path) -> None:

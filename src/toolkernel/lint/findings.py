@@ -111,7 +111,8 @@ RULES: Final[dict[str, Rule]] = _catalogue(
     Rule(
         "P105",
         "invisible-characters",
-        "Text holds Unicode tag, zero-width or bidirectional control characters.",
+        "Text holds invisible characters: Unicode tags, zero-width characters, fillers, "
+        "stray variation selectors or bidirectional controls.",
     ),
     Rule(
         "P106",
@@ -137,5 +138,10 @@ RULES: Final[dict[str, Rule]] = _catalogue(
         "control-characters",
         "Text holds C0/C1 control characters (such as ANSI escape sequences) other than "
         "tab, line feed and carriage return.",
+    ),
+    Rule(
+        "P114",
+        "oversized-text",
+        "A string is too long for the linter to read in full; the rest is unchecked.",
     ),
 )

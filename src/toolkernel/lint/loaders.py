@@ -10,6 +10,7 @@ rule is written once and reports pointers into the definition exactly as given.
 from __future__ import annotations
 
 import json
+import os
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -239,9 +240,17 @@ def load_path(path: Path) -> Any:
     raise LintInputError(f"not valid {' or '.join(parsers)}: {problems[0]}")
 
 
+def _open_nonblocking(path: str, flags: int) -> int:
+    # Opening a named pipe waits for a writer, possibly forever; O_NONBLOCK opens it at
+    # once. Reads block again afterwards, so a pipe with a writer (`<(…)`) is read to
+    # its end, and one with no writer reads as empty.
+    return os.open(path, flags | os.O_NONBLOCK)
+
+
 def _read(path: Path) -> bytes:
     try:
-        with path.open("rb") as file:
+        with open(path, "rb", opener=_open_nonblocking) as file:
+            os.set_blocking(file.fileno(), True)
             data = file.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError as exc:
         raise LintInputError("no such file") from exc

@@ -1,8 +1,8 @@
 """Tool-poisoning rules (``P1xx``), from seed section 18.
 
 A tool definition is text the model reads and may obey, so every string a model sees
-(name, title, description, every ``title``/``description`` in the schemas, enum values,
-defaults, examples and property names) is scanned for signs that it addresses the model
+(every key and string value anywhere in the definition: name, description, schemas,
+annotations, ``_meta``, vendor keys) is scanned for signs that it addresses the model
 rather than describing the tool.
 
 The patterns are general phrasings of each attack, not copies of known samples. Benign
@@ -12,13 +12,19 @@ something a benign tool has no reason to say: overriding earlier instructions, h
 an action from the user, reaching for credentials, sending data to a literal address,
 changing how *other* tools are called, or content a human reviewer cannot see
 (invisible Unicode, markup comments, padding, terminal control sequences).
+
+Phrases are matched on a folded copy of the text (see :func:`_visible`): compatibility
+forms and diacritics folded, invisible characters removed, common Cyrillic and Greek
+look-alikes of Latin letters mapped to those letters. Every pattern runs in time linear
+in the text (bounded gaps, anchored or possessive runs), and a string longer than
+:data:`MAX_TEXT_CHARS` is checked up to that length and reported (``P114``).
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -26,7 +32,12 @@ from toolkernel.lint.findings import Finding, Severity
 from toolkernel.lint.loaders import ToolView
 from toolkernel.lint.schemas import iter_properties, iter_texts, types_of
 
-__all__ = ["check_poisoning", "scan_text"]
+__all__ = ["MAX_TEXT_CHARS", "check_poisoning", "scan_text"]
+
+MAX_TEXT_CHARS: Final = 100_000
+"""The longest string the rules read; beyond it a string draws a ``P114`` error. Real
+descriptions run to a few thousand characters, and the linter runs inside the MCP
+bridge, where reading megabytes of one hostile string would stall every other call."""
 
 _QUOTE_LIMIT: Final = 60
 
@@ -41,11 +52,38 @@ def _rx(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern, re.IGNORECASE)
 
 
-_EMAIL: Final = r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
-_URL: Final = r"https?://[^\s\"'`<>)]+"
+# Atomic, and an address starts only where a word does: otherwise every position of a
+# long word would be tried and run to its end (quadratic time).
+_EMAIL: Final = r"(?<![\w.+-])(?>[\w.+-]+@[\w-]+(?:\.[\w-]+)+)"
+# Any scheme (ftp://, ws://, …), or a bare IPv4 address with or without a port.
+_URL: Final = (
+    r"(?<![\w+.-])(?>[a-z][a-z0-9+.-]*://[^\s\"'`<>)]+"
+    r"|\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?(?!\w|\.\d))"
+)
 # A tool reference other than "this tool": a quoted identifier, or a snake/dotted name.
 _TOOL_REF: Final = r"(?:[`'\"][\w.-]+[`'\"]|\b[a-z]\w*[._]\w+\b)"
+_TOOL_NAME: Final = re.compile(_TOOL_REF, re.IGNORECASE)
 _USER: Final = r"(?:the |a |any )?(?:user|human|operator|recipient)s?\b"
+_FROM_PRINCIPAL: Final = (
+    r"\b(?:message|note|instructions?|request|order)s?\s+from\s+(?:the\s+|your\s+)?"
+    r"(?:user|developer|administrator|admin|system|operator|owner)\b"
+)
+_CREDENTIAL: Final = (
+    r"\bapi[ _-]?keys?\b|\baccess[ _-]?tokens?\b|\bsecret[ _-]?keys?\b|"
+    r"\bprivate[ _-]?keys?\b|\bpasswords?\b|\bpassphrases?\b|\bcredentials?\b|"
+    r"\bsecrets\b|\bsession[ _-]?cookies\b|\bauth(?:entication)?[ _-]?tokens?\b|"
+    r"\bbearer[ _-]?tokens?\b|(?<!\w)\.env\b|\benvironment\s+variables\b"
+)
+# What a tool has no reason to have the model carry into an argument or send away:
+# credentials, the agent's own context, and files named outright (notes.txt, ~/x, .env).
+_COVERT: Final = (
+    _CREDENTIAL + r"|\b(?:conversation|chat\s+history|message\s+history|system\s+prompt|"
+    r"(?:previous|prior)\s+messages)\b"
+    r"|(?<![\w.~/-])(?>~/[\w./-]+|/(?:etc|home|root|Users)/[\w./-]+|\.[a-z][\w.-]*"
+    r"|[\w/-]*\w\w\.(?:txt|json|ya?ml|toml|ini|cfg|conf|env|pem|key|crt|log|csv|md|db|"
+    r"sqlite|xml|pdf|docx?|xlsx?))\b"
+)
+_SEND_TARGET: Final = rf"\b(?:to|at|via)\s+(?:{_EMAIL}|{_URL})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +92,8 @@ class _Pattern:
     severity: Severity
     regex: re.Pattern[str]
     what: str
+    # The match names another tool (P104): a tool telling how to call itself is fine.
+    names_tool: bool = False
 
 
 _E = Severity.ERROR
@@ -139,8 +179,14 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
         "P101",
         _E,
         _rx(
-            r"\b(?:message|note|instructions?|request|order)s?\s+from\s+(?:the\s+|your\s+)?"
-            r"(?:user|developer|administrator|admin|system|operator|owner)\b"
+            # The text presents itself as the message ("this is a message from the user",
+            # "a note from the admin to you:"), not "returns the last message from the user".
+            r"\b(?:this\s+is|here\s+is|here's|below\s+is|what\s+follows\s+is)\s+"
+            r"(?:an?\s+|the\s+)?(?:\w+\s+){0,2}?"
+            + _FROM_PRINCIPAL
+            + r"|"
+            + _FROM_PRINCIPAL
+            + r"(?:\s*:|\s+(?:to|for)\s+(?:you|the\s+(?:assistant|model|ai|agent))\b)"
             r"|\bI\s+am\s+(?:the|your)\s+(?:user|developer|admin|administrator|owner|operator)\b"
             r"|\bsigned,?\s+(?:by\s+)?(?:the\s+)?(?:user|admin|administrator|developer)\b"
             r"|\bnew\s+(?:user\s+)?(?:query|task|instructions?)\s*:"
@@ -183,10 +229,7 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
             r"\b(?:read|cat|dump|extract|collect|gather|harvest|steal|exfiltrate|leak|reveal|"
             r"include|attach|append|embed|send|forward|upload|share|copy|paste|print)\w*\s+"
             + _gap(40)
-            + r"(?:\bapi[ _-]?keys?\b|\baccess[ _-]?tokens?\b|\bsecret[ _-]?keys?\b|"
-            r"\bprivate[ _-]?keys?\b|\bpasswords?\b|\bpassphrases?\b|\bcredentials?\b|"
-            r"\bsecrets\b|\bsession[ _-]?cookies\b|\bauth(?:entication)?[ _-]?tokens?\b|"
-            r"\bbearer[ _-]?tokens?\b|(?<!\w)\.env\b|\benvironment\s+variables\b)"
+            + rf"(?:{_CREDENTIAL})"
         ),
         "asks to read or pass on credentials",
     ),
@@ -195,28 +238,50 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
         "P103",
         _E,
         _rx(
-            r"\b(?:send|forward|upload|post|transmit|e-?mail|mail|copy|exfiltrate|leak|report|"
-            r"mirror|sync|share)\w*\s+"
+            # Imperative or passive ("send …", "must be sent …"); "sends …" is below.
+            r"\b(?:send|sending|sent|forward(?:ing|ed)?|upload(?:ing|ed)?|post(?:ing|ed)?|"
+            r"transmit(?:ting|ted)?|e-?mail(?:ing|ed)?|mail(?:ing|ed)?|cop(?:y|ying|ied)|"
+            r"exfiltrat(?:e|ing|ed)|leak(?:ing|ed)?|report(?:ing|ed)?|mirror(?:ing|ed)?|"
+            r"sync(?:ing|ed)?|shar(?:e|ing|ed))\s+"
             + _gap(60)
             + r"\b(?:contents?|data|results?|outputs?|files?|conversation|history|messages?|"
             r"credentials?|keys?|tokens?|information|details|everything|it|them)\b"
             + _gap(40)
-            + rf"\b(?:to|at|via)\s+(?:{_EMAIL}|{_URL})"
+            + _SEND_TARGET
         ),
         "asks to send data to an outside address",
     ),
     _Pattern(
         "P103",
         _E,
-        _rx(rf"\b(?:bcc|cc)\b{_gap(30)}{_EMAIL}"),
+        _rx(
+            # "Uploads files to https://…" says what the tool does; only a covert object
+            # (credentials, the conversation) makes that an exfiltration.
+            r"\b(?:sends|forwards|uploads|posts|transmits|e-?mails|mails|copies|exfiltrates|"
+            r"leaks|reports|mirrors|syncs|shares)\s+"
+            + _gap(60)
+            + rf"(?:{_COVERT}|\b(?:history|everything)\b)"
+            + _gap(40)
+            + _SEND_TARGET
+        ),
+        "sends covert data to an outside address",
+    ),
+    _Pattern(
+        "P103",
+        _E,
+        _rx(
+            r"\b(?:add|include|insert|append|put|set|always|must|also)\w*\b"
+            + _gap(30)
+            + rf"\b(?:bcc|cc)\b{_gap(30)}{_EMAIL}"
+        ),
         "adds a hidden copy recipient",
     ),
     _Pattern(
         "P103",
         _E,
         _rx(
-            rf"(?:{_EMAIL}){_gap(80)}\b(?:must|always|every|each|mirror|forward|bcc)\b"
-            rf"|\b(?:must|always|every|each|mirror|forward)\b{_gap(80)}(?:{_EMAIL})"
+            rf"{_EMAIL}{_gap(80)}\b(?:must|always|every|each|mirror|forward|bcc)\b"
+            rf"|\b(?:must|always|every|each|mirror|forward)\b{_gap(80)}{_EMAIL}"
         ),
         "requires a literal email address in calls",
     ),
@@ -224,13 +289,15 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
         "P103",
         _E,
         _rx(
-            r"\b(?:contents?|text|data|value)\s+of\b"
-            + _gap(60)
+            r"\b(?:contents?|text|data|values?)\s+of\b"
+            + _gap(30)
+            + rf"(?:{_COVERT})"
+            + _gap(40)
             + r"\b(?:in|into|inside|within|as|via|through)\s+(?:the\s+|this\s+|that\s+)?"
             + _gap(20)
             + r"\b(?:argument|parameter|param|field|arg)s?\b"
         ),
-        "asks to put the contents of something into an argument",
+        "asks to put covert contents into an argument",
     ),
     # P104: instructions about other tools (shadowing).
     _Pattern(
@@ -247,6 +314,7 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
             r"redirect|send|prefix)\b"
         ),
         "changes how another tool is called",
+        names_tool=True,
     ),
     _Pattern(
         "P104",
@@ -260,6 +328,7 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
             + r"\b(?:must|should|need\s+to|have\s+to|shall)\b"
         ),
         "sets a rule for every call of another tool",
+        names_tool=True,
     ),
     _Pattern(
         "P104",
@@ -284,7 +353,8 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
             r"\b(?:set|change|replace|redirect|override|swap)\w*\s+(?:the\s+)?"
             r"(?:recipients?|to[ _-]address|destination|receiver|target\s+address)\b"
             + _gap(30)
-            + r"\b(?:to|with|=)"
+            # Not "set the recipient with the `to` field": that names a parameter.
+            + r"(?:\bto\b(?![`'\"])|=)"
         ),
         "changes the recipient of another action",
     ),
@@ -296,11 +366,22 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
             r"<\|(?:im_start|im_end|system|user|assistant|endoftext|eot_id|start_header_id|"
             r"end_header_id|begin_of_text)\|>|\[/?(?:SYSTEM|INST|SYS)\]|<</?SYS>>|"
             r"</?(?:system|assistant|system[_-]prompt|system[_-]message|system-reminder)\s*>|"
-            r"(?:^|\n)\s*#{1,4}\s*(?:instructions?|system(?:\s+prompt)?|response)\s*:?\s*(?:\n|$)|"
-            r"(?:^|\n)\s*(?:system|assistant)\s*:",
+            # Horizontal blanks only: \s would also run over every following line break.
+            r"(?:^|\n)[^\S\n]*(?:system|assistant)[^\S\n]*:",
             re.IGNORECASE,
         ),
         "holds a chat role or system marker",
+    ),
+    _Pattern(
+        "P109",
+        _W,
+        # A markdown heading "## Instructions" is also how plain docs are laid out.
+        re.compile(
+            r"(?:^|\n)[^\S\n]*#{1,4}[^\S\n]*(?:instructions?|system(?:[^\S\n]+prompt)?|response)"
+            r"[^\S\n]*:?[^\S\n]*(?:\n|$)",
+            re.IGNORECASE,
+        ),
+        "holds a heading that reads like a prompt section",
     ),
     # P111: asking for the calling model's identity, prompt, history or tools.
     _Pattern(
@@ -343,11 +424,22 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
     ),
 )
 
-# P105: characters a reviewer cannot see.
+# P105: characters a reviewer cannot see (Unicode's default-ignorable code points).
 _TAG_CHARS: Final = re.compile("[\U000e0000-\U000e007f]")
 _ZERO_WIDTH: Final = re.compile(
-    "[\u200b\u200c\u2060-\u2064\ufeff\u180e]|(?<![\u00a9-\U0010ffff])\u200d"
+    "[\u200b\u200c\u2060-\u2065\u206a-\u206f\ufeff\u180e\ufff0-\ufff8"
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0080-\U000e00ff\U000e01f0-\U000e0fff]"
+    # A joiner joins emoji and letters of other scripts, not ASCII or a soft hyphen.
+    "|(?<![\u00a9-\u00ac\u00ae-\U0010ffff])\u200d"
 )
+# Letters and marks that render as nothing: Hangul fillers, the combining grapheme
+# joiner, Khmer inherent vowels.
+_FILLERS: Final = re.compile("[\u034f\u115f\u1160\u17b4\u17b5\u3164\uffa0]")
+# Variation selectors, standard, ideographic and Mongolian. One after an emoji or a CJK
+# ideograph picks its glyph; anywhere else, or in a run, one splits a word or carries a
+# payload (a byte per selector).
+_SELECTORS: Final = re.compile("[\u180b-\u180d\u180f\ufe00-\ufe0f\U000e0100-\U000e01ef]")
+_MONGOLIAN_SELECTORS: Final = frozenset("\u180b\u180c\u180d\u180f")
 _BIDI: Final = re.compile("[\u202a-\u202e\u2066-\u2069]")
 _DIRECTION_MARKS: Final = re.compile("[\u200e\u200f\u061c]")
 # P113: C0/C1 controls other than tab, LF and CR. ESC and CSI start ANSI sequences that
@@ -356,12 +448,30 @@ _CONTROL: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 # P106: markup a rendered description hides, and pseudo-tags that frame orders.
 _COMMENT: Final = re.compile(r"<!--|\[//\]:\s*#|<!\[CDATA\[", re.IGNORECASE)
-_INSTRUCTION_TAG: Final = re.compile(
-    r"<\s*/?\s*(?:[A-Z][A-Z_-]{3,}|(?i:important|instructions?|information|secret|hidden|"
-    r"admin|critical|override|priority|context|rules|tool[_-]instructions?))\s*>"
+# Upper-case HTML elements (<TABLE>) are markup, not orders.
+_HTML_ELEMENTS: Final = (
+    "ABBR|ADDRESS|ARTICLE|ASIDE|AUDIO|BASE|BLOCKQUOTE|BODY|BUTTON|CANVAS|CAPTION|CENTER|"
+    "CITE|CODE|COLGROUP|DATA|DATALIST|DETAILS|DIALOG|EMBED|FIELDSET|FIGCAPTION|FIGURE|FONT|"
+    "FOOTER|FORM|FRAME|FRAMESET|HEAD|HEADER|HGROUP|HTML|IFRAME|INPUT|LABEL|LEGEND|LINK|MAIN|"
+    "MARK|MATH|MENU|META|METER|NOSCRIPT|OBJECT|OPTGROUP|OPTION|OUTPUT|PARAM|PICTURE|PROGRESS|"
+    "RUBY|SAMP|SCRIPT|SEARCH|SECTION|SELECT|SLOT|SMALL|SOURCE|SPAN|STRONG|STYLE|SUMMARY|"
+    "TABLE|TBODY|TEMPLATE|TEXTAREA|TFOOT|THEAD|TIME|TITLE|TRACK|VIDEO"
 )
-# P107: a whitespace run long enough to scroll content out of a reviewer's view.
-_PADDING: Final = re.compile(r"[ \t\u00a0\u3000]{120,}|(?:[ \t]*\n){12,}")
+_INSTRUCTION_TAG: Final = re.compile(
+    # Not a regex named group, (?<NAME>…) or (?P<NAME>…): schemas' patterns are scanned.
+    r"(?<!\(\?)(?<!\(\?P)<\s*/?\s*"
+    rf"(?:(?!(?:{_HTML_ELEMENTS})\s*>)[A-Z][A-Z_-]{{3,}}|(?i:important|instructions?|"
+    r"information|secret|hidden|admin|critical|override|priority|context|rules|"
+    r"tool[_-]instructions?))\s*>"
+)
+# P107: a run of blanks wide or tall enough to scroll content out of a reviewer's view.
+# Any whitespace counts, and characters that render blank without being whitespace.
+_BLANK: Final = "\\s\u2800\u115f\u1160\u3164\uffa0"
+_BLANK_RUN: Final = re.compile(f"[{_BLANK}]{{12,}}")
+_NOT_BLANK: Final = re.compile(f"[^{_BLANK}]")
+_LINE_BREAK: Final = re.compile("\r\n?|[\n\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+_PADDING_WIDTH: Final = 120
+_PADDING_LINES: Final = 12
 # P108: encoded payloads; a mention of decoding makes one an error.
 _BASE64: Final = re.compile(r"[A-Za-z0-9+/]{80,}={0,2}|[A-Za-z0-9_-]{100,}")
 _HEX: Final = re.compile(r"\b(?:[0-9a-fA-F]{2}){40,}\b|(?:\\x[0-9a-fA-F]{2}){16,}")
@@ -399,42 +509,47 @@ _IMPERATIVE: Final = _rx(
 )
 _NORMALISE_WS: Final = re.compile(r"\s+")
 
+# Matching folds look-alikes to the Latin letters phrases are written in: common
+# Cyrillic, Greek, Armenian and IPA homoglyphs. Blank-looking fillers are dropped and the
+# braille blank read as a space. Compatibility forms (fullwidth, mathematical letters)
+# are folded by NFKD before this table applies.
+_FOLD: Final = str.maketrans(
+    "\u0430\u0435\u043e\u0440\u0441\u0443\u0445\u0456\u0458\u0455\u04bb\u0501\u051b\u051d\u04cf"
+    "\u0410\u0412\u0415\u041a\u041c\u041d\u041e\u0420\u0421\u0422\u0425\u0423\u0406\u0408"
+    "\u0405\u04c0\u051a\u051c\u04ae"
+    "\u03bf\u03b1\u03c1\u03bd\u03b9\u03ba\u03c5\u03c7"
+    "\u0391\u0392\u0395\u0396\u0397\u0399\u039a\u039c\u039d\u039f\u03a1\u03a4\u03a5\u03a7"
+    "\u0585\u057d\u0570\u0578\u0131\u0251\u0261\u01c0\u2800",
+    "aeopcyxijshdqwlABEKMHOPCTXYIJSIQWYoapvikuxABEZHIKMNOPTYXouhniagl ",
+    "\u115f\u1160\u3164\uffa0",
+)
+# Format, unassigned and combining characters: invisible, or diacritics over a letter.
+_UNSEEN_CATEGORIES: Final = frozenset({"Cf", "Cn", "Mn", "Me"})
+
 
 def check_poisoning(view: ToolView) -> list[Finding]:
     """Run every ``P`` rule on one definition."""
     findings: list[Finding] = []
-    for text, pointer in _texts(view):
+    for text, pointer in iter_texts(view.raw, ""):
         findings.extend(
             Finding(view.name, rule, severity, pointer, message)
-            for rule, severity, message in scan_text(text)
+            for rule, severity, message in scan_text(text, tool=view.name)
         )
     findings.extend(_parameters(view))
-    return findings
+    # A key and its value share a pointer: the same text in both is one finding.
+    return list(dict.fromkeys(findings))
 
 
-def _texts(view: ToolView) -> Iterator[tuple[str, str]]:
-    for key in ("name", "title", "description"):
-        value = view.fields.get(key)
-        if isinstance(value, str):
-            yield value, view.pointer(key)
-    title = view.annotations.get("title")
-    if isinstance(title, str):
-        yield title, view.pointer("annotations", "title")
-    yield from iter_texts(view.input_schema, view.pointer(view.input_key))
-    if view.output_key is not None:
-        contract = view.output_contract
-        if isinstance(contract, Mapping) and view.output_key == "outputContract":
-            # A native contract wraps its schema; scan whatever schemas it holds.
-            for key, value in contract.items():
-                yield from iter_texts(value, view.pointer(view.output_key, key))
-        else:
-            yield from iter_texts(contract, view.pointer(view.output_key))
-
-
-def scan_text(text: str) -> list[tuple[str, Severity, str]]:
+def scan_text(text: str, *, tool: str = "") -> list[tuple[str, Severity, str]]:
     """Scan one string; return ``(rule, severity, message)`` per rule that fires.
 
-    Each rule reports at most once per string, at its most severe match.
+    Each rule reports at most once per string, at its most severe match. Only the
+    first :data:`MAX_TEXT_CHARS` characters are read; a longer string draws ``P114``.
+
+    Args:
+        text: The string as the model would read it.
+        tool: The name of the tool the text describes: telling the model how to call
+            that tool itself is not shadowing (``P104``).
     """
     hits: dict[str, tuple[str, Severity, str]] = {}
 
@@ -442,27 +557,47 @@ def scan_text(text: str) -> list[tuple[str, Severity, str]]:
         if rule not in hits or (severity is Severity.ERROR and hits[rule][1] is not severity):
             hits[rule] = (rule, severity, message)
 
+    if len(text) > MAX_TEXT_CHARS:
+        add("P114", _E, f"{len(text):,} characters: only the first {MAX_TEXT_CHARS:,} are read")
+        text = text[:MAX_TEXT_CHARS]
     for rule, severity, message in _raw_checks(text):
         add(rule, severity, message)
-    clean = _normalise(text)
+    visible = _visible(text)
+    clean = _one_line(visible)
     for pattern in _PATTERNS:
         if pattern.rule in hits and hits[pattern.rule][1] is Severity.ERROR:
             continue
-        match = pattern.regex.search(clean if pattern.rule != "P109" else _visible(text))
+        match = _search(pattern, clean if pattern.rule != "P109" else visible, tool)
         if match:
             add(pattern.rule, pattern.severity, f"{pattern.what}: {_quote(match.group(0))}")
     return list(hits.values())
+
+
+def _search(pattern: _Pattern, text: str, tool: str) -> re.Match[str] | None:
+    for match in pattern.regex.finditer(text):
+        if not (pattern.names_tool and _names_itself(match.group(0), tool)):
+            return match
+    return None
+
+
+def _names_itself(fragment: str, tool: str) -> bool:
+    ref = _TOOL_NAME.search(fragment)
+    return ref is not None and ref.group(0).strip("`'\"").casefold() == tool.casefold()
 
 
 def _raw_checks(text: str) -> Iterator[tuple[str, Severity, str]]:
     for regex, what in (
         (_TAG_CHARS, "Unicode tag characters"),
         (_ZERO_WIDTH, "zero-width characters"),
+        (_FILLERS, "invisible filler characters"),
         (_BIDI, "bidirectional control characters"),
     ):
         found = regex.findall(text)
         if found:
             yield "P105", _E, f"{len(found)} {what} ({_code_points(found)})"
+    stray = _stray_selectors(text)
+    if stray:
+        yield "P105", _E, f"{len(stray)} stray variation selectors ({_code_points(stray)})"
     marks = _DIRECTION_MARKS.findall(text)
     if marks:
         yield "P105", _W, f"{len(marks)} direction marks (U+200E/U+200F/U+061C)"
@@ -476,15 +611,50 @@ def _raw_checks(text: str) -> Iterator[tuple[str, Severity, str]]:
         match = regex.search(text)
         if match:
             yield "P106", _E, f"holds {what}: {_quote(match.group(0))}"
-    padding = _PADDING.search(text)
+    padding = _padding(text)
     if padding:
-        after = text[padding.end() :].strip()
-        severity = _E if after else _W
-        yield "P107", severity, f"{len(padding.group(0))} characters of padding whitespace"
+        length, followed = padding
+        yield "P107", _E if followed else _W, f"{length} characters of padding whitespace"
     blob = _BASE64.search(text) or _HEX.search(text)
     if blob:
         severity = _E if _DECODE.search(text) else _W
         yield "P108", severity, f"a {len(blob.group(0))}-character encoded blob"
+
+
+def _stray_selectors(text: str) -> list[str]:
+    """Variation selectors that do not select a glyph of the character before them."""
+    stray: list[str] = []
+    for match in _SELECTORS.finditer(text):
+        start = match.start()
+        base = text[start - 1] if start else ""
+        if not _takes_selector(base, match.group(), text[start + 1 : start + 2]):
+            stray.append(match.group())
+    return stray
+
+
+def _takes_selector(base: str, selector: str, after: str) -> bool:
+    if not base or _SELECTORS.match(base):
+        return False  # a run of selectors: one byte of payload each
+    if selector in _MONGOLIAN_SELECTORS:
+        return "\u1820" <= base <= "\u18aa"
+    if base.isascii():
+        return base in "0123456789#*" and after == "\u20e3"  # a keycap: 1️⃣
+    # Emoji are symbols (and a few punctuation marks: ‼️) or U+2139; or a CJK ideograph.
+    return (
+        unicodedata.category(base)[0] in "SP"
+        or base == "\u2139"
+        or unicodedata.name(base, "").startswith("CJK")
+    )
+
+
+def _padding(text: str) -> tuple[int, bool] | None:
+    """The first run of blanks wide or tall enough to be padding: its length, and
+    whether visible text follows it."""
+    for run in _BLANK_RUN.finditer(text):
+        lines = _LINE_BREAK.split(run.group())
+        if len(lines) > _PADDING_LINES or max(map(len, lines)) >= _PADDING_WIDTH:
+            return len(run.group()), _NOT_BLANK.search(text, run.end()) is not None
+    return None
 
 
 def _code_points(found: list[str]) -> str:
@@ -495,7 +665,9 @@ def _parameters(view: ToolView) -> Iterator[Finding]:
     for name, prop, pointer in iter_properties(view.input_schema, view.pointer(view.input_key)):
         yield from _agent_context_parameter(view, name, pointer)
         description = prop.get("description")
-        text = _normalise(description) if isinstance(description, str) else ""
+        if not isinstance(description, str):
+            description = ""
+        text = _one_line(_visible(description[:MAX_TEXT_CHARS]))
         hide = _HIDE_PARAMETER.search(text)
         if hide:
             yield Finding(
@@ -545,14 +717,17 @@ def _agent_context_parameter(view: ToolView, name: str, pointer: str) -> Iterato
 
 
 def _visible(text: str) -> str:
-    """The text as a reader sees it: compatibility forms folded, invisibles removed."""
-    folded = unicodedata.normalize("NFKC", text)
-    return "".join(c for c in folded if unicodedata.category(c) != "Cf")
+    """The text folded for matching: compatibility forms and diacritics folded,
+    look-alike letters mapped to Latin, invisible characters removed."""
+    if text.isascii():
+        return text
+    folded = unicodedata.normalize("NFKD", text).translate(_FOLD)
+    return "".join(c for c in folded if unicodedata.category(c) not in _UNSEEN_CATEGORIES)
 
 
-def _normalise(text: str) -> str:
-    """The visible text on one line, so patterns see sentences across wrapped lines."""
-    return _NORMALISE_WS.sub(" ", _visible(text).replace("*", ""))
+def _one_line(visible: str) -> str:
+    """The folded text on one line, so patterns see sentences across wrapped lines."""
+    return _NORMALISE_WS.sub(" ", visible.replace("*", ""))
 
 
 def _quote(fragment: str) -> str:

@@ -43,10 +43,6 @@ _SCHEMA_ONE: Final = (
 )
 _SCHEMA_LISTS: Final = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
 
-# Keywords whose values the model reads as prose or as sample values.
-_TEXT_KEYS: Final = frozenset({"title", "description"})
-_VALUE_KEYS: Final = frozenset({"enum", "const", "default", "examples", "example"})
-
 
 def types_of(schema: Mapping[str, Any]) -> set[str]:
     """The JSON types a schema names, inferring ``object`` from ``properties``."""
@@ -148,31 +144,23 @@ def iter_properties(schema: Any, pointer: str) -> Iterator[tuple[str, Mapping[st
                     yield str(name), child, f"{node_pointer}/properties/{escape_token(name)}"
 
 
-def iter_texts(schema: Any, pointer: str) -> Iterator[tuple[str, str]]:
-    """Yield ``(text, pointer)`` for every string a model reads in a schema.
+def iter_texts(value: Any, pointer: str) -> Iterator[tuple[str, str]]:
+    """Yield ``(text, pointer)`` for every string a model reads in a JSON value.
 
-    That is every ``title`` and ``description``, every string inside ``enum``,
-    ``const``, ``default`` and ``examples``, and every property name.
+    A bridged definition reaches the model verbatim, so that is every string at any
+    depth and every object key, wherever it sits: ``description`` and ``title``, but
+    also ``$comment``, ``x-`` keys, annotations, ``_meta``, unknown keywords and schemas
+    under keywords this module does not walk (``contentSchema``, ``dependencies``).
+    No keyword is exempt: ``format`` and ``pattern`` are free text to the model too.
+    A key is yielded with the pointer of its member.
     """
-    for node, node_pointer in iter_subschemas(schema, pointer):
-        for key, value in node.items():
-            key_pointer = f"{node_pointer}/{escape_token(key)}"
-            if key in _TEXT_KEYS and isinstance(value, str):
-                yield value, key_pointer
-            elif key in _VALUE_KEYS:
-                yield from _strings_in(value, key_pointer)
-        properties = node.get("properties")
-        if isinstance(properties, Mapping):
-            for name in properties:
-                yield str(name), f"{node_pointer}/properties/{escape_token(name)}"
-
-
-def _strings_in(value: Any, pointer: str) -> Iterator[tuple[str, str]]:
     if isinstance(value, str):
         yield value, pointer
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            yield from _strings_in(item, f"{pointer}/{index}")
+            yield from iter_texts(item, f"{pointer}/{index}")
     elif isinstance(value, Mapping):
         for key, item in value.items():
-            yield from _strings_in(item, f"{pointer}/{escape_token(key)}")
+            item_pointer = f"{pointer}/{escape_token(key)}"
+            yield str(key), item_pointer
+            yield from iter_texts(item, item_pointer)
