@@ -3,6 +3,7 @@ cancellation, crash and restart, rejection."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import anyio
@@ -373,3 +374,26 @@ def test_a_secret_in_a_value_calls_are_checked_against_rejects_the_tool(workspac
     )
     assert admission.definition is None
     assert [r.rule for r in admission.reasons] == ["SECRET"]
+
+
+async def test_definitions_are_linted_off_the_event_loop(workspace, monkeypatch):
+    # Linting a hostile server's long definitions takes time: it must not stop the
+    # event loop, and with it every other client of a gateway.
+    from toolkernel.mcp import bridge as bridge_module
+
+    loop_thread = threading.get_ident()
+    linted_on: set[int] = set()
+    real = bridge_module.admit_tool
+
+    def admit_tool(*args: object, **kwargs: object) -> object:
+        linted_on.add(threading.get_ident())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bridge_module, "admit_tool", admit_tool)
+    kernel = open_kernel(workspace)
+    with anyio.fail_after(30):
+        async with McpBridge(kernel, [fixture_server()]) as bridge:
+            [report] = await bridge.connect_all()
+    assert "fx.echo" in report.accepted
+    assert linted_on
+    assert loop_thread not in linted_on

@@ -712,11 +712,13 @@ class _Route:
 
 @dataclass(frozen=True, slots=True)
 class _Listing:
-    """What connecting to a server and listing its tools gave: the tools, or why not."""
+    """What connecting to a server and listing its tools gave: the tools, each with its
+    admission as far as the tool alone decides it (lint, allowlist), or why not."""
 
     generation: int = 0
     tools: Sequence[Mapping[str, Any]] = ()
     error: str | None = None
+    judged: Sequence[Admission] = ()
 
 
 @dataclass
@@ -861,9 +863,15 @@ class McpBridge:
         try:
             client = await connection.client()
             generation = connection.generation
-            return _Listing(generation, await connection.list_tools(client))
+            tools = await connection.list_tools(client)
         except ServerUnavailable as exc:
             return _Listing(error=str(exc))
+        # Linting a hostile server's definitions can take a while: not on the event loop.
+        config, redactor = self.servers[server], self.kernel.redactor
+        judged = await anyio.to_thread.run_sync(
+            lambda: [admit_tool(config, tool, redactor=redactor) for tool in tools]
+        )
+        return _Listing(generation, tools, judged=judged)
 
     def _admitted(self, server: str, listing: _Listing) -> ServerReport:
         """Admit, hold or withdraw the tools of ``listing``; the caller holds the lock."""
@@ -872,7 +880,7 @@ class McpBridge:
             return ServerReport(server, connected=False, error=listing.error[:300])
         state = self._states[server]
         state.listed_generation = listing.generation
-        return self._admit_all(state, self.servers[server], listing.tools)
+        return self._admit_all(state, self.servers[server], listing.judged)
 
     async def approve_pin(self, server: str, tool: str) -> ToolDefinition | None:
         """Approve the definition of ``server``'s ``tool`` (its remote name) that this
@@ -942,7 +950,7 @@ class McpBridge:
                 _log.info("%s was approved; it is exposed again", name)
 
     def _admit_all(
-        self, state: _ServerState, config: ServerConfig, listed: Sequence[Mapping[str, Any]]
+        self, state: _ServerState, config: ServerConfig, judged: Sequence[Admission]
     ) -> ServerReport:
         events: list[NewEvent] = []
         accepted: list[str] = []
@@ -951,8 +959,9 @@ class McpBridge:
         seen: set[str] = set()
         for key in [key for key in self._held if key[0] == config.name]:
             del self._held[key]  # held again below if still held; a stale one never returns
-        for tool in listed:
-            admission = self._admit(config, tool, seen)
+        for judgement in judged:
+            admission = self._admit(judgement, seen)
+            tool = admission.tool
             seen.add(admission.name)
             if not admission.accepted:
                 self._withdraw(admission.name)
@@ -981,15 +990,17 @@ class McpBridge:
             self.kernel.ledger.append(self.run_id, events)
         return ServerReport(config.name, True, None, tuple(accepted), tuple(rejected), tuple(held))
 
-    def _admit(self, config: ServerConfig, tool: Mapping[str, Any], seen: set[str]) -> Admission:
-        admission = admit_tool(config, tool, redactor=self.kernel.redactor)
+    def _admit(self, admission: Admission, seen: set[str]) -> Admission:
+        """``admission`` (of the tool alone), unless its name is taken."""
         if not admission.accepted:
             return admission
         name = admission.name
         existing = self.kernel.registry.find(name)
         if name in seen or (existing is not None and name not in self._routes):
             reason = RejectReason("NAME_COLLISION", f"another tool is already named {name}")
-            return Admission(config, tool, name, None, admission.findings, (reason,))
+            return Admission(
+                admission.server, admission.tool, name, None, admission.findings, (reason,)
+            )
         return admission
 
     def _expose(self, admission: Admission) -> None:
