@@ -30,6 +30,7 @@ import base64
 import bisect
 import codecs
 import json
+import os
 import re
 import string
 import urllib.parse
@@ -266,6 +267,22 @@ class Redactor:
         self._odd_ancestors = (
             re.compile("|".join(rf"{re.escape(a)}(?![\w.@+-])" for a in odd)) if odd else None
         )
+        # A home of one segment (/root, /app in many containers) is no path the generic
+        # pattern masks (it needs two segments, or "/usr" and "/tmp" in prose would go):
+        # the user's own home is masked by name (a full stop after it ends a sentence).
+        homes = {os.environ.get("HOME", ""), _home()}
+        single = sorted(h.rstrip("/") for h in homes if _ONE_SEGMENT.fullmatch(h))
+        # The literal first, as in _HOST_PATH: re then skips to candidates quickly.
+        self._homes = (
+            re.compile(
+                "|".join(
+                    rf"{re.escape(h)}(?<![\w.~/%-]{re.escape(h)})(?![\w@+-]|\.[\w.@+-])"
+                    for h in single
+                )
+            )
+            if single
+            else None
+        )
         for value in secrets:
             self.add_secret(value)
 
@@ -452,12 +469,25 @@ class Redactor:
                 counts["host-path"] += masked
         if "/" in text:
             text, masked = _HOST_PATH.subn(HOST_PATH_MASK, text)
+            if self._homes is not None and "/" in text:  # what is left of a one-segment home
+                text, home = self._homes.subn(HOST_PATH_MASK, text)
+                masked += home
             if masked:
                 counts["host-path"] += masked
         if _has_drive_anchor(text):
             spans = [(m.start() - 1, m.end(), "host-path") for m in _WINDOWS_PATH.finditer(text)]
             text = _apply(text, spans, counts, HOST_PATH_MASK)
         return text
+
+
+_ONE_SEGMENT: Final = re.compile(r"/[\w.@+-]+/?")
+
+
+def _home() -> str:
+    try:
+        return str(Path.home())
+    except RuntimeError:  # no HOME and no passwd entry
+        return ""
 
 
 def _has_drive_anchor(text: str) -> bool:
