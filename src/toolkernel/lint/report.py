@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -13,6 +12,7 @@ from urllib.parse import quote_from_bytes
 from toolkernel.lint.findings import RULES, Finding, LintInputError, Severity
 from toolkernel.lint.linter import lint_document
 from toolkernel.lint.loaders import load_path
+from toolkernel.terminal import printable
 
 __all__ = ["EXIT_CLEAN", "EXIT_ERRORS", "FILE_TOOL", "Format", "render", "run_lint"]
 
@@ -29,10 +29,6 @@ SARIF_SCHEMA: Final = "https://json.schemastore.org/sarif-2.1.0.json"
 # ``toolkernel lint`` ran in, recorded in the run's ``originalUriBaseIds``.
 SARIF_SRCROOT: Final = "%SRCROOT%"
 _DRIVER: Final = "toolkernel-lint"
-
-# Characters a terminal acts on or does not show: controls (ANSI escapes), format
-# characters (bidi overrides, zero-width), lone surrogates, line/paragraph separators.
-_UNSHOWN: Final = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 
 
 def run_lint(paths: Sequence[Path], fmt: Format) -> tuple[str, int]:
@@ -82,7 +78,10 @@ def _as_json(path: Path, finding: Finding) -> dict[str, str]:
 
 def _text(results: Sequence[tuple[Path, Finding]]) -> str:
     lines = [
-        _shown(f"{path}: {f.tool} {f.rule} {f.severity} {f.pointer or '/'} {f.message}")
+        printable(
+            f"{path}: {f.tool} {f.rule} {f.severity} {f.pointer or '/'} {f.message}",
+            one_line=False,
+        )
         for path, f in results
     ]
     errors = sum(1 for _, f in results if f.severity is Severity.ERROR)
@@ -90,20 +89,6 @@ def _text(results: Sequence[tuple[Path, Finding]]) -> str:
     files = len({path for path, _ in results})
     lines.append(f"{errors} error(s), {warnings} warning(s) in {files} file(s) with findings")
     return "\n".join(lines) + "\n"
-
-
-def _shown(text: str) -> str:
-    """``text`` with every character a terminal would act on or hide escaped.
-
-    File names, tool names, property names and messages come from the files being
-    linted; echoed raw, an ANSI sequence in them could erase or rewrite report lines.
-    """
-    if text.isprintable():
-        return text
-    # repr() escapes exactly the non-printable characters: \x1b, \u202e, \ud800, \n.
-    return "".join(
-        repr(char)[1:-1] if unicodedata.category(char) in _UNSHOWN else char for char in text
-    )
 
 
 def _sarif(results: Sequence[tuple[Path, Finding]]) -> dict[str, Any]:
