@@ -397,8 +397,22 @@ def _tool_error(name: str, exc: BaseException) -> Outcome:
     outcome = _from_code(
         ErrorCode.TOOL_ERROR, tool=name, detail=f"the tool raised {type(exc).__name__}."
     )
-    outcome.internal["traceback"] = traceback.format_exc()
+    outcome.internal["traceback"] = current_traceback()
     return outcome
+
+
+MAX_TRACEBACK_CHARS: Final = 64 * 1024
+"""Of a traceback kept in the ledger: its start and its end, where the error is."""
+
+
+def current_traceback() -> str:
+    """The exception being handled, formatted, cut in the middle to
+    ``MAX_TRACEBACK_CHARS`` (an exception's message can be megabytes)."""
+    text = traceback.format_exc()
+    if len(text) <= MAX_TRACEBACK_CHARS:
+        return text
+    half = MAX_TRACEBACK_CHARS // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
 
 
 _STOPPED: Any = object()  # the deadline passed or the token cancelled the call

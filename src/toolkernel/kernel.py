@@ -30,7 +30,6 @@ import math
 import re
 import threading
 import time
-import traceback
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import nullcontext
@@ -60,7 +59,14 @@ from toolkernel.codes import ErrorCode, Status, safe_field, safe_message
 from toolkernel.config import CONFIG_FILENAME, Config, load_config
 from toolkernel.context import RunContext, ToolContext
 from toolkernel.definition import ConcurrencyGroup, ExecutionMode, ToolDefinition
-from toolkernel.dispatch import Adapter, Invocation, NativeAdapter, Outcome, dispatch
+from toolkernel.dispatch import (
+    Adapter,
+    Invocation,
+    NativeAdapter,
+    Outcome,
+    current_traceback,
+    dispatch,
+)
 from toolkernel.errors import ConfigError, DefinitionError, LedgerError, UsageError
 from toolkernel.exposure import select_exposed
 from toolkernel.functions import FunctionTool
@@ -837,7 +843,7 @@ class Kernel:
         except Exception:  # noqa: BLE001 - the runtime's failure, on this call alone
             failed = Outcome.from_code(ErrorCode.INTERNAL_ERROR, tool=admitted.tool.name)
             failed.attempts, failed.duration_ms = outcome.attempts, outcome.duration_ms
-            failed.internal["finishing"] = traceback.format_exc()
+            failed.internal["finishing"] = current_traceback()
             return self._complete(admitted, failed)
 
     def _complete(self, admitted: _Admitted, outcome: Outcome) -> _Finished:

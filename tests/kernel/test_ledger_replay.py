@@ -142,6 +142,25 @@ async def test_a_tool_message_without_a_utf8_form_is_escaped_not_fatal(kernel_fa
     assert kernel.ledger.verify().ok
 
 
+async def test_a_huge_exception_message_is_cut_in_the_stored_traceback(kernel_factory):
+    @tool("job.loud")
+    def loud() -> str:
+        """Fail with a message of megabytes."""
+        raise ValueError("start " + "x" * 5_000_000 + " end-of-message")
+
+    kernel = kernel_factory()
+    kernel.register(loud)
+    run = kernel.start_run()
+    result = await kernel.call(run, "job.loud", {})
+    assert result.error_code is ErrorCode.TOOL_ERROR
+    (stored,) = [e for e in kernel.ledger.events(run.id) if e.type is EventType.TOOL_CALL_RESULT]
+    kept = stored.payload["internal"]["traceback"]
+    assert len(kept) < 70_000
+    assert kept.startswith("Traceback")
+    assert "characters cut" in kept
+    assert kept.rstrip().endswith("end-of-message")  # where the error is named
+
+
 async def test_replay_rebuilds_tool_messages_from_the_ledger_alone(kernel_factory):
     kernel = kernel_factory()
     run = kernel.start_run()
