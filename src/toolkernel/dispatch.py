@@ -197,6 +197,7 @@ class _Workers:
         self._abandoned = 0  # threads running a job whose caller stopped waiting
         self._idle = 0  # threads waiting for a job that no submit has claimed
         self._backlog = 0  # queued jobs that no idle thread was claimed for
+        self._closed = False
 
     def submit(
         self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], fn: Callable[[], Any]
@@ -214,8 +215,10 @@ class _Workers:
         self._jobs.put(job)
 
     def close(self) -> None:
-        """End the idle threads now; busy ones end when their tool returns."""
+        """End the idle threads now; busy ones end when their tool returns (or, if a job
+        still waits for them, once it is done)."""
         with self._lock:
+            self._closed = True
             idle, self._idle = self._idle, 0
             self._threads -= idle
         for _ in range(idle):
@@ -230,7 +233,7 @@ class _Workers:
     def _start(self, job: _Job | None) -> None:
         self._threads += 1
         threading.Thread(
-            target=self._work, args=(job,), name=f"toolkernel-{self._threads}", daemon=True
+            target=self._work, args=(job,), name=f"toolkernel-worker-{self._threads}", daemon=True
         ).start()
 
     def _settled(self, job: _Job, future: asyncio.Future[Any]) -> None:
@@ -254,6 +257,9 @@ class _Workers:
                 with self._lock:
                     if self._backlog:
                         self._backlog -= 1
+                    elif self._closed:  # closed while this job ran: nothing more comes
+                        self._threads -= 1
+                        return
                     else:
                         self._idle += 1
             del job  # drop the finished job's result before waiting for the next

@@ -1149,7 +1149,7 @@ async def test_a_tool_that_changes_its_arguments_changes_only_its_own_copy(kerne
 
 
 def _worker_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name.startswith("toolkernel-")}
+    return {t for t in threading.enumerate() if t.name.startswith("toolkernel-worker-")}
 
 
 async def test_sync_tools_still_run_after_many_hung_ones_were_abandoned(kernel_factory):
