@@ -161,6 +161,22 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="HTTP on a non-loopback --host: other machines can call the tools, unauthenticated",
     )
+    serve.add_argument(
+        "--allowed-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="HTTP: a web origin (https://app.example.com) whose pages may call the tools; "
+        "repeatable. Other Origin headers are refused",
+    )
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="HTTP: a Host header to answer besides the listening address; repeatable. "
+        "With --allow-remote, other Host headers are then refused",
+    )
     _common(serve)
     serve.set_defaults(handler=_serve)
 
@@ -705,6 +721,8 @@ def _serve(args: argparse.Namespace) -> int:
             args.host,
             args.port,
             allow_remote=args.allow_remote,
+            allowed_hosts=args.allowed_host,
+            allowed_origins=args.allowed_origin,
         )
     except* OSError as group:
         if args.transport != "http":

@@ -20,6 +20,7 @@ import anyio
 import mcp_types as types
 import pytest
 from mcp import Client
+from starlette.datastructures import Headers
 
 sys.path.insert(0, str(Path(__file__).parent / "gateway_fixtures"))
 
@@ -29,7 +30,7 @@ from toolkernel.cli import main as cli_main
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.errors import UsageError
 from toolkernel.ledger import EventType
-from toolkernel.mcp.gateway import _rebinding_guard, check_host
+from toolkernel.mcp.gateway import _Allowed, _allowed, check_host
 from toolkernel.mcp.gateway_render import PROJECTION_META, RUN_META
 
 
@@ -182,18 +183,37 @@ def test_serve_refuses_a_public_address_before_starting_anything(
     assert not (tmp_path / ".toolkernel").exists()  # no kernel, no ledger was opened
 
 
+def refused(allowed: _Allowed, **headers: str) -> int | None:
+    refusal = allowed.refusal(Headers(headers={"host": "127.0.0.1:8000", **headers}))
+    return None if refusal is None else refusal.status_code
+
+
 @pytest.mark.parametrize("host", ["127.0.0.2", "0:0:0:0:0:0:0:1", "::1", "localhost"])
 def test_every_loopback_address_gets_host_and_origin_checks(host: str) -> None:
-    guard = _rebinding_guard(host)
-    assert guard is not None
-    assert guard.enable_dns_rebinding_protection is True
+    allowed = _allowed(host, 8000)
     named = f"[{host}]" if ":" in host else host
-    assert f"{named}:*" in guard.allowed_hosts
-    assert "evil.example:*" not in guard.allowed_hosts
+    assert refused(allowed, host=f"{named}:8000") is None
+    assert refused(allowed, host=named) is None
+    assert refused(allowed, origin=f"http://{named}:3000") is None
+    assert refused(allowed, host="evil.example:8000") == 421
+    assert refused(allowed, origin="http://evil.example:8000") == 403
+    assert refused(allowed, origin="null") == 403
 
 
-def test_an_allowed_remote_address_is_served_without_a_host_list() -> None:
-    assert _rebinding_guard("0.0.0.0") is None
+def test_an_allowed_remote_address_takes_any_host_but_only_its_own_origin() -> None:
+    allowed = _allowed("192.168.1.20", 8000)
+    assert refused(allowed, host="mcp.example.com") is None
+    assert refused(allowed, origin="http://192.168.1.20:8000") is None
+    assert refused(allowed, origin="http://192.168.1.20") == 403
+    assert refused(allowed, origin="http://192.168.1.20:3000") == 403
+    assert refused(allowed, origin="http://mcp.example.com") == 403
+
+
+def test_on_port_80_the_origin_without_a_port_is_the_listening_address() -> None:
+    allowed = _allowed("192.168.1.20", 80, hosts=["mcp.example.com"])
+    assert refused(allowed, host="192.168.1.20", origin="http://192.168.1.20") is None
+    assert refused(allowed, host="mcp.example.com") is None
+    assert refused(allowed, host="evil.example") == 421
 
 
 def test_requests_too_deep_or_too_long_for_json_readers_get_a_parse_error(

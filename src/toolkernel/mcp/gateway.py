@@ -11,9 +11,13 @@
                ◀──notifications/tools/list_changed── a tool registered or withdrawn
                                                     (a bridged server changed its tools)
 
-One run per client session: per process over stdio, per ``Mcp-Session-Id`` over
-streamable HTTP. Refusals and failures are tool results with ``isError``, never
-protocol errors. Over stdio nothing but JSON-RPC goes to stdout; logs go to stderr.
+One run per client session: per process over stdio, per streamable HTTP session (one
+the SDK created; a run is forgotten when its session ends), and one shared run for
+requests without a session (the 2026-07-28 per-request protocol). Refusals and
+failures are tool results with ``isError``, never protocol errors; that includes a
+call whose ``arguments`` is not an object. Over HTTP, requests a web page could have
+sent are refused by Host and Origin (``_Allowed``). Over stdio nothing but JSON-RPC
+goes to stdout; logs go to stderr.
 """
 
 from __future__ import annotations
@@ -29,8 +33,7 @@ import signal
 import socket
 import sys
 import threading
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import CancelledError
 from contextlib import (
     AbstractAsyncContextManager,
@@ -39,6 +42,7 @@ from contextlib import (
     contextmanager,
     suppress,
 )
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any, BinaryIO, Final, Literal
@@ -48,11 +52,16 @@ import anyio.from_thread
 import anyio.lowlevel
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
+from mcp.server.connection import Connection
+from mcp.server.context import CallNext, HandlerResult
 from mcp.server.lowlevel import NotificationOptions
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
+from starlette.datastructures import Headers
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from toolkernel.approval import Approver
 from toolkernel.calls import ToolCallResult, new_id
@@ -87,8 +96,10 @@ KernelExtension = Callable[[Kernel], AbstractAsyncContextManager[object]]
 """Something that lives as long as the server and adds to its kernel (the MCP bridge)."""
 
 SERVER_NAME: Final = "toolkernel"
-MAX_RUNS: Final = 256
-"""HTTP sessions remembered at once; the oldest run is forgotten (its ledger stays)."""
+MAX_SESSIONS: Final = 256
+"""HTTP sessions open at once; while that many are, a new one is refused (503)."""
+SHARED_RUN: Final = "-"
+"""The key of the run shared by requests without a session (stdio, 2026-07-28)."""
 PROGRESS_BUFFER: Final = 64
 """Progress updates waiting to be sent; more are dropped (progress is best-effort)."""
 
@@ -117,34 +128,39 @@ class Gateway:
         # Set when the server is being shut down (a signal): the calls that cuts short
         # are recorded RUNTIME_STOPPED, not as a client's cancel.
         self.stopping = False
-        self._runs: OrderedDict[str, Run] = OrderedDict()
+        # Per live session, and SHARED_RUN: as many as the SDK keeps sessions open.
+        self._runs: dict[str, Run] = {}
         # Per session that listed tools, the session object of its last tools/list:
         # told when the tools change (it notifies over the connection, not the request).
-        self._listeners: OrderedDict[str, Any] = OrderedDict()
+        self._listeners: dict[str, Any] = {}
 
     def run_for(self, ctx: _Context) -> Run:
-        """The run of the request's session, started on first use."""
-        key = _session_key(ctx)
+        """The run of the request's session, started on first use.
+
+        A session's run is forgotten when the session ends (its ledger stays);
+        requests without a session share one run.
+        """
+        key, connection = _session_of(ctx)
         run = self._runs.get(key)
         if run is None:
-            run = self.kernel.start_run()
-            self._runs[key] = run
-            if len(self._runs) > MAX_RUNS:
-                self._runs.popitem(last=False)
+            run = self._runs[key] = self.kernel.start_run()
+            if connection is not None:
+                connection.exit_stack.callback(self._forget, key)
             _log.info("session %s: run %s", key, run.id)
-        else:
-            self._runs.move_to_end(key)
         return run
+
+    def _forget(self, key: str) -> None:
+        """The session ended (the client's DELETE, its idle timeout, shutdown)."""
+        run = self._runs.pop(key, None)
+        self._listeners.pop(key, None)
+        if run is not None:
+            _log.info("session %s ended: run %s", key, run.id)
 
     async def list_tools(
         self, ctx: _Context, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         run = self.run_for(ctx)
-        key = _session_key(ctx)
-        self._listeners[key] = ctx.session
-        self._listeners.move_to_end(key)
-        if len(self._listeners) > MAX_RUNS:
-            self._listeners.popitem(last=False)
+        self._listeners[_session_of(ctx)[0]] = ctx.session
         definitions = self.kernel.expose(run)
         return types.ListToolsResult(
             tools=[render_tool(d) for d in definitions], _meta={RUN_META: run.id}
@@ -155,9 +171,13 @@ class Gateway:
     ) -> types.CallToolResult | types.InputRequiredResult:
         run = self.run_for(ctx)
         arguments = params.arguments or {}
+        proposed: dict[str, Any] | str = arguments
         stop = CancellationToken()  # the client cancelled: stop waiting for its user
         approver: Approver | None = None
-        if self.kernel.approver is None and _can_elicit(ctx):
+        if isinstance(ctx.params, _ArgumentsNotObject):
+            # Refused by validation, which comes before approval: nobody is asked.
+            proposed = ctx.params.arguments_text
+        elif self.kernel.approver is None and _can_elicit(ctx):
             if ctx.session.can_send_request:
                 approver = ElicitingApprover(ctx.session, ctx.request_id, stop)
             else:
@@ -168,7 +188,7 @@ class Gateway:
                     needed = self._approval_input(run, params.name, arguments)
                     if needed is not None:
                         return needed
-        result = await self._governed(ctx, run, params.name, arguments, approver, stop)
+        result = await self._governed(ctx, run, params.name, proposed, approver, stop)
         if (
             approver is None
             and result.status is Status.DENIED
@@ -185,7 +205,7 @@ class Gateway:
         ctx: _Context,
         run: Run,
         name: str,
-        arguments: dict[str, Any],
+        arguments: dict[str, Any] | str,
         approver: Approver | None,
         stop: CancellationToken,
     ) -> ToolCallResult:
@@ -336,6 +356,30 @@ class _GatewayServer(Server[Any]):
         return super().create_initialization_options(options, *args, **kwargs)
 
 
+class _ArgumentsNotObject(dict[str, Any]):
+    """``tools/call`` params whose ``arguments`` is JSON but no object (an array, a
+    string holding JSON text): the SDK would answer with a protocol error, and the
+    call would never reach the ledger. They reach the handler with empty arguments
+    and the original kept as JSON text, which the kernel refuses and records
+    (INVALID_ARGUMENTS/ARGUMENTS_NOT_OBJECT): a string is never read as JSON text.
+    """
+
+    def __init__(self, params: Mapping[str, Any], arguments: object) -> None:
+        super().__init__(params, arguments={})
+        self.arguments_text = json.dumps(arguments)
+
+
+async def _take_any_arguments(ctx: _Context, call_next: CallNext) -> HandlerResult:
+    """Server middleware (it runs before the SDK validates params): see
+    ``_ArgumentsNotObject``. The same on every transport."""
+    params = ctx.params
+    if ctx.method == "tools/call" and params is not None:
+        arguments = params.get("arguments")
+        if arguments is not None and not isinstance(arguments, Mapping):
+            ctx = replace(ctx, params=_ArgumentsNotObject(params, arguments))
+    return await call_next(ctx)
+
+
 def build_server(kernel: Kernel, gateway: Gateway | None = None) -> Server[Any]:
     """An MCP server (low-level SDK ``Server``) serving ``kernel``'s projected tools.
 
@@ -344,7 +388,7 @@ def build_server(kernel: Kernel, gateway: Gateway | None = None) -> Server[Any]:
     """
     server_class = Server if gateway is None else _GatewayServer
     gateway = gateway or Gateway(kernel)
-    return server_class(
+    server = server_class(
         SERVER_NAME,
         version=_version(),
         title="toolkernel gateway",
@@ -356,6 +400,8 @@ def build_server(kernel: Kernel, gateway: Gateway | None = None) -> Server[Any]:
         on_list_tools=gateway.list_tools,
         on_call_tool=gateway.call_tool,
     )
+    server.middleware.append(_take_any_arguments)
+    return server
 
 
 def serve(
@@ -366,6 +412,8 @@ def serve(
     port: int = 8000,
     *,
     allow_remote: bool = False,
+    allowed_hosts: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (),
     extensions: Sequence[KernelExtension] = (),
 ) -> int:
     """Serve the kernel for ``toolkernel.toml`` over stdio or streamable HTTP (``/mcp``).
@@ -373,17 +421,32 @@ def serve(
     Returns when stdin closes or on SIGINT/SIGTERM. The ``[mcp]`` servers of the
     configuration are bridged in (``bridged``); further ``extensions`` live as long as
     the server too. HTTP binds a loopback address unless ``allow_remote``: the gateway
-    does not authenticate its clients.
+    does not authenticate its clients. A request carrying an Origin header is answered
+    only when that is the listening address or one of ``allowed_origins``; the Host
+    header must name the listening address or one of ``allowed_hosts`` (on a remote
+    address without ``allowed_hosts``, any Host is taken).
 
     Raises:
-        ToolkernelError: the configuration is invalid (ConfigError and the like), or
-            ``host`` is not a loopback address and ``allow_remote`` is false.
+        ToolkernelError: the configuration is invalid (ConfigError and the like),
+            ``host`` is not a loopback address and ``allow_remote`` is false, or an
+            allowed host or origin is malformed (UsageError).
     """
     if transport == "http":
         check_host(host, allow_remote=allow_remote)
+    listen = _Listen(
+        host.strip("[]"),  # "[::1]" names the same address as "::1"
+        port,
+        hosts=tuple(
+            _pattern(h, _HOST, "--allowed-host", "mcp.example.com:8000") for h in allowed_hosts
+        ),
+        origins=tuple(
+            _pattern(o, _ORIGIN, "--allowed-origin", "https://app.example.com")
+            for o in allowed_origins
+        ),
+    )
     kernel = Kernel.from_config(config_path, workspace=workspace)
     try:
-        anyio.run(_serve, kernel, transport, host, port, [bridged, *extensions])
+        anyio.run(_serve, kernel, transport, listen, [bridged, *extensions])
     finally:
         kernel.close()
     return 0
@@ -392,8 +455,7 @@ def serve(
 async def _serve(
     kernel: Kernel,
     transport: Transport,
-    host: str,
-    port: int,
+    listen: _Listen,
     extensions: Sequence[KernelExtension],
 ) -> None:
     gateway = Gateway(kernel)
@@ -413,7 +475,7 @@ async def _serve(
             if transport == "stdio":
                 await _serve_stdio(server, kernel)
             else:
-                await _serve_http(server, host, port, gateway)
+                await _serve_http(server, listen, gateway)
             group.cancel_scope.cancel()
         stoppable.cancel_scope.cancel()
 
@@ -629,7 +691,7 @@ _SCALARS: Final = json.JSONDecoder(parse_int=_int_or_none)
 _ANY_STRING: Final = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 
 
-async def _serve_http(server: Server[Any], host: str, port: int, gateway: Gateway) -> None:
+async def _serve_http(server: Server[Any], listen: _Listen, gateway: Gateway) -> None:
     import uvicorn
 
     class Uvicorn(uvicorn.Server):
@@ -651,22 +713,28 @@ async def _serve_http(server: Server[Any], host: str, port: int, gateway: Gatewa
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
 
-    host = host.strip("[]")  # "[::1]" names the same address as "::1"
-    app = server.streamable_http_app(host=host, transport_security=_rebinding_guard(host))
+    host = listen.host
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
+        sock.bind((host, listen.port))
         sock.listen(_BACKLOG)  # connections wait in the backlog until uvicorn accepts them
     except OSError:
         sock.close()
         raise
     bound = sock.getsockname()[1]
-    shown = f"[{host}]" if ":" in host else host
+    app = server.streamable_http_app(
+        host=host,
+        # Host and Origin are checked in front of the SDK, which cannot take any Host
+        # while checking Origin (a remote address without --allowed-host).
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        max_sessions=MAX_SESSIONS,  # and no more runs: a session's run ends with it
+    )
+    guarded = _allowed(host, bound, hosts=listen.hosts, origins=listen.origins).guard(app)
     # Tests and scripts wait for this line to learn the port (``--port 0`` picks one).
-    _log.warning("listening on http://%s:%d/mcp", shown, bound)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    _log.warning("listening on http://%s:%d/mcp", _bracketed(host), bound)
+    config = uvicorn.Config(guarded, log_level="warning", lifespan="on")
     with sock:
         await Uvicorn(config).serve(sockets=[sock])
 
@@ -708,10 +776,18 @@ def _version() -> str:
         return "0+unknown"
 
 
-def _session_key(ctx: _Context) -> str:
-    headers = getattr(ctx.request, "headers", None)
-    session_id = headers.get("mcp-session-id") if headers is not None else None
-    return str(session_id) if session_id else "-"
+def _session_of(ctx: _Context) -> tuple[str, Connection | None]:
+    """The request's session id and connection, or ``SHARED_RUN`` without a session.
+
+    The id is the one the SDK gave the connection, never the request's
+    ``Mcp-Session-Id`` header: the SDK checks that header against its live sessions
+    on the handshake-era path only, and a 2026-07-28 request may carry any value.
+    """
+    # ServerRequestContext does not carry the connection (yet: the SDK's TODO L54).
+    connection = getattr(ctx.session, "_connection", None)
+    if isinstance(connection, Connection) and connection.session_id:
+        return connection.session_id, connection
+    return SHARED_RUN, None
 
 
 def _can_elicit(ctx: _Context) -> bool:
@@ -756,21 +832,101 @@ def check_host(host: str, *, allow_remote: bool) -> None:
     _log.warning("serving on %s without authentication (--allow-remote)", host)
 
 
-def _rebinding_guard(host: str) -> TransportSecuritySettings | None:
-    """Host and Origin checks for a loopback address, whichever one it is.
+@dataclass(frozen=True)
+class _Listen:
+    """Where the HTTP gateway listens, and the Host and Origin patterns added to it."""
 
-    The SDK turns them on only for 127.0.0.1, localhost and ::1; 127.0.0.2 or a
-    spelled-out ::1 would otherwise take requests a web page rebound to them.
+    host: str
+    port: int
+    hosts: tuple[str, ...] = ()
+    origins: tuple[str, ...] = ()
+
+
+_HOST: Final = re.compile(r"(?:\[[0-9a-f:.]+\]|[a-z0-9_.-]+)(?::(?:[0-9]{1,5}|\*))?")
+_ORIGIN: Final = re.compile(r"[a-z][a-z0-9+.-]*://" + _HOST.pattern)
+_ANY_PORT: Final = re.compile(r"(.+):[0-9]{1,5}")
+
+
+def _pattern(value: str, shape: re.Pattern[str], option: str, example: str) -> str:
+    """``value`` of ``option``, lowercased, once it has the ``shape`` of a Host or Origin."""
+    pattern = value.strip().lower()
+    if not shape.fullmatch(pattern):
+        raise UsageError(
+            f"{option} {value!r} is not of the form {example} (no path; :* for any port)"
+        )
+    return pattern
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+@dataclass(frozen=True)
+class _Allowed:
+    """The Host and Origin headers the HTTP gateway answers (DNS rebinding protection).
+
+    A request without Origin (not from a web page) passes; one with any Origin not
+    listed, ``null`` included, is refused (403), as is a Host not listed (421).
+    ``hosts`` None takes any Host: the name remote clients use is not known here. A
+    pattern ending in ``:*`` takes any port.
     """
-    if not (host == "localhost" or _is_loopback(host)):
-        return None  # --allow-remote: the Host a remote client uses is not known here
-    named = f"[{host}]" if ":" in host else host
-    hosts = [named, "127.0.0.1", "localhost", "[::1]"]
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=[f"{h}:*" for h in hosts],
-        allowed_origins=[f"http://{h}:*" for h in hosts],
+
+    hosts: tuple[str, ...] | None
+    origins: tuple[str, ...]
+
+    def refusal(self, headers: Headers) -> Response | None:
+        host = headers.get("host", "")
+        if self.hosts is not None and not _matches(host, self.hosts):
+            _log.warning("refused a request for Host %r", host[:100])
+            return Response("Invalid Host header", status_code=421)
+        origin = headers.get("origin")
+        if origin is not None and not _matches(origin, self.origins):
+            _log.warning("refused a request from Origin %r", origin[:100])
+            return Response("Invalid Origin header", status_code=403)
+        return None
+
+    def guard(self, app: ASGIApp) -> ASGIApp:
+        """``app`` answering only the HTTP requests this allows."""
+
+        async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] == "http":
+                refused = self.refusal(Headers(scope=scope))
+                if refused is not None:
+                    await refused(scope, receive, send)
+                    return
+            await app(scope, receive, send)
+
+        return guarded
+
+
+def _allowed(
+    host: str, port: int, *, hosts: Sequence[str] = (), origins: Sequence[str] = ()
+) -> _Allowed:
+    """What the gateway listening on ``host``:``port`` answers besides ``hosts`` and
+    ``origins``. On a loopback address: the loopback names, with any port or none (a
+    page on a rebound name sends that name, never these; port 80, a tunnel or a proxy
+    sends another port or none). Elsewhere: the address with its port (none on port
+    80), and any Host unless ``hosts`` are given."""
+    named = _bracketed(host.lower())
+    if host == "localhost" or _is_loopback(host):
+        names = [named, "127.0.0.1", "localhost", "[::1]"]
+        own = [f"{name}{suffix}" for name in names for suffix in ("", ":*")]
+        return _Allowed(
+            hosts=(*own, *hosts), origins=(*(f"http://{name}" for name in own), *origins)
+        )
+    own = [f"{named}:{port}", named] if port == 80 else [f"{named}:{port}"]
+    return _Allowed(
+        hosts=(*own, *hosts) if hosts else None,
+        origins=(*(f"http://{name}" for name in own), *origins),
     )
+
+
+def _matches(value: str, patterns: Sequence[str]) -> bool:
+    value = value.lower()
+    if value in patterns:
+        return True
+    with_port = _ANY_PORT.fullmatch(value)
+    return with_port is not None and f"{with_port.group(1)}:*" in patterns
 
 
 def _is_loopback(host: str) -> bool:
