@@ -7,11 +7,7 @@ sessions coming and going, arguments that are not an object, a cancelled call.
 from __future__ import annotations
 
 import json
-import os
-import queue
-import subprocess
 import sys
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,13 +22,11 @@ sys.path.insert(0, str(Path(__file__).parent / "gateway_fixtures"))
 
 from gateway_harness import (
     CONFIG,
-    PYTHON,
     RAW_HANDSHAKE,
     WAIT_S,
     HttpGateway,
     ledger_events,
     make_workspace,
-    server_env,
     stdio_params,
 )
 
@@ -53,53 +47,14 @@ CONCURRENCY = 16
 """Sessions opened at once by the tests that need hundreds of them."""
 
 
-class ServeProcess(HttpGateway):
-    """``HttpGateway`` with more ``serve`` options (``--host``, ``--allowed-origin``, …)."""
-
-    def __init__(self, workspace: Path, *options: str) -> None:
-        command = [PYTHON, "-m", "toolkernel.mcp.gateway", "--transport", "http", "--port", "0"]
-        self.process = subprocess.Popen(
-            [*command, *options, "--workspace", str(workspace)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, **server_env()},
-        )
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.stderr: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        try:
-            # --host 0.0.0.0 is reached through this machine's loopback address.
-            self.url = self._wait_for_url().replace("//0.0.0.0:", "//127.0.0.1:")
-        except BaseException:
-            self.stop()
-            raise
-
-    @property
-    def port(self) -> int:
-        return httpx.URL(self.url).port or 80
-
-    def wait_for_line(self, text: str) -> str:
-        """The first line of stderr still unread that contains ``text``."""
-        while True:
-            line = self.lines.get(timeout=WAIT_S)
-            self.stderr.append(line)
-            if not line:
-                raise AssertionError(f"the gateway exited before saying {text!r}")
-            if text in line:
-                return line
-
-
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     return make_workspace(tmp_path / "ws")
 
 
 @pytest.fixture
-def gateway(workspace: Path) -> Iterator[ServeProcess]:
-    server = ServeProcess(workspace)
+def gateway(workspace: Path) -> Iterator[HttpGateway]:
+    server = HttpGateway(workspace)
     try:
         yield server
     finally:
@@ -197,7 +152,7 @@ def test_a_remote_gateway_refuses_a_web_page_of_another_origin(workspace: Path) 
     """With --allow-remote the Host a client uses is not known, so any is taken; but
     a request from a web page (it carries Origin) is refused unless the page is the
     gateway's own address (or an --allowed-origin)."""
-    server = ServeProcess(workspace, "--host", "0.0.0.0", "--allow-remote")
+    server = HttpGateway(workspace, "--host", "0.0.0.0", "--allow-remote")
     try:
         evil = f"evil.example:{server.port}"
         codes = status_codes(
@@ -216,7 +171,7 @@ def test_a_remote_gateway_refuses_a_web_page_of_another_origin(workspace: Path) 
 
 
 def test_an_allowed_origin_is_served_by_a_remote_gateway(workspace: Path) -> None:
-    server = ServeProcess(
+    server = HttpGateway(
         workspace, "--host", "0.0.0.0", "--allow-remote", "--allowed-origin", "https://app.example"
     )
     try:
@@ -232,7 +187,7 @@ def test_an_allowed_origin_is_served_by_a_remote_gateway(workspace: Path) -> Non
 
 
 def test_allowed_hosts_make_a_remote_gateway_check_the_host(workspace: Path) -> None:
-    server = ServeProcess(
+    server = HttpGateway(
         workspace, "--host", "0.0.0.0", "--allow-remote", "--allowed-host", "mcp.example:*"
     )
     try:
@@ -248,7 +203,7 @@ def test_allowed_hosts_make_a_remote_gateway_check_the_host(workspace: Path) -> 
     assert codes == [421, 421, 200, 200, 421]
 
 
-def test_loopback_names_are_taken_without_a_port(gateway: ServeProcess) -> None:
+def test_loopback_names_are_taken_without_a_port(gateway: HttpGateway) -> None:
     """What a client of ``http://localhost/mcp`` (port 80, or a tunnel's) sends."""
     codes = status_codes(
         gateway.url,
@@ -265,7 +220,7 @@ def test_loopback_names_are_taken_without_a_port(gateway: ServeProcess) -> None:
 
 def test_an_allowed_host_and_origin_are_served_on_loopback_too(workspace: Path) -> None:
     """A reverse proxy on this machine forwards its own Host, a web app its Origin."""
-    server = ServeProcess(
+    server = HttpGateway(
         workspace, "--allowed-host", "MCP.Example", "--allowed-origin", "https://app.example:8443"
     )
     try:
@@ -305,7 +260,7 @@ def test_a_malformed_allowed_host_or_origin_is_refused_before_serving(
 
 
 def test_a_request_without_a_session_never_acts_in_a_sessions_run(
-    gateway: ServeProcess, workspace: Path
+    gateway: HttpGateway, workspace: Path
 ) -> None:
     """A 2026-07-28 request reaches the gateway whatever Mcp-Session-Id it names (the
     SDK checks the header on the handshake-era path only): it gets the shared run,
@@ -346,7 +301,7 @@ def test_a_request_without_a_session_never_acts_in_a_sessions_run(
     assert EventType.TOOL_CALL_REQUEST not in kinds  # nothing ran in the victim's run
 
 
-def test_a_session_that_ends_has_its_run_forgotten(gateway: ServeProcess) -> None:
+def test_a_session_that_ends_has_its_run_forgotten(gateway: HttpGateway) -> None:
     async def main() -> tuple[str, str]:
         with anyio.fail_after(WAIT_S):
             async with httpx.AsyncClient(timeout=WAIT_S) as http:
@@ -378,7 +333,7 @@ async def come_and_go(http: httpx.AsyncClient, url: str, count: int) -> None:
 def test_a_live_session_keeps_its_run_while_hundreds_come_and_go(tmp_path: Path) -> None:
     """Its budget (two calls) stays spent: the session was not moved to a new run."""
     workspace = make_workspace(tmp_path / "ws", CONFIG + "\n[budget]\nmax_calls = 2\n")
-    server = ServeProcess(workspace)
+    server = HttpGateway(workspace)
     call = {"name": "repo.search", "arguments": {"query": "greet"}}
 
     async def main() -> list[dict[str, Any]]:
@@ -404,7 +359,7 @@ def test_a_live_session_keeps_its_run_while_hundreds_come_and_go(tmp_path: Path)
     assert projection(results[-1])["errorCode"] == ErrorCode.BUDGET_EXCEEDED
 
 
-def test_a_session_past_the_limit_is_refused_until_one_ends(gateway: ServeProcess) -> None:
+def test_a_session_past_the_limit_is_refused_until_one_ends(gateway: HttpGateway) -> None:
     """The SDK keeps as many sessions open as the gateway keeps runs for them."""
     from toolkernel.mcp.gateway import MAX_SESSIONS
 
@@ -454,7 +409,7 @@ def assert_refused_and_recorded(
 
 
 def test_arguments_that_are_not_an_object_are_a_recorded_tool_error(
-    gateway: ServeProcess, workspace: Path
+    gateway: HttpGateway, workspace: Path
 ) -> None:
     async def main() -> list[dict[str, Any]]:
         with anyio.fail_after(WAIT_S):
@@ -476,7 +431,7 @@ def test_arguments_that_are_not_an_object_are_a_recorded_tool_error(
 
 
 def test_arguments_that_are_not_an_object_are_a_recorded_tool_error_without_a_session(
-    gateway: ServeProcess, workspace: Path
+    gateway: HttpGateway, workspace: Path
 ) -> None:
     async def main() -> list[dict[str, Any]]:
         with anyio.fail_after(WAIT_S):
@@ -538,7 +493,7 @@ def test_arguments_that_are_not_an_object_are_a_recorded_tool_error_over_stdio(
 
 
 def test_a_cancelled_call_is_answered_request_cancelled_and_recorded(
-    gateway: ServeProcess, workspace: Path
+    gateway: HttpGateway, workspace: Path
 ) -> None:
     """docs/mcp-clients.md: over HTTP the SDK ends the cancelled request's stream with
     a REQUEST_CANCELLED error (-32800); the ledger says USER_CANCELLED."""

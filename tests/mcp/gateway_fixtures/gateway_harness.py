@@ -122,23 +122,14 @@ class HttpGateway:
     """``python -m toolkernel.mcp.gateway --transport http --port 0`` as a subprocess.
 
     Its stderr is read by a thread; ``url`` is known once the server said where it
-    listens. ``stop`` sends SIGTERM (uvicorn shuts down gracefully), then SIGKILL.
+    listens. ``options`` are more ``serve`` options (``--host``, ``--allowed-origin``).
+    ``stop`` sends SIGTERM (uvicorn shuts down gracefully), then SIGKILL.
     """
 
-    def __init__(self, workspace: Path) -> None:
-        command = [
-            PYTHON,
-            "-m",
-            "toolkernel.mcp.gateway",
-            "--transport",
-            "http",
-            "--port",
-            "0",
-            "--workspace",
-            str(workspace),
-        ]
+    def __init__(self, workspace: Path, *options: str) -> None:
+        command = [PYTHON, "-m", "toolkernel.mcp.gateway", "--transport", "http", "--port", "0"]
         self.process = subprocess.Popen(
-            command,
+            [*command, *options, "--workspace", str(workspace)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -150,10 +141,25 @@ class HttpGateway:
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         try:
-            self.url = self._wait_for_url()
+            # --host 0.0.0.0 is reached through this machine's loopback address.
+            self.url = self._wait_for_url().replace("//0.0.0.0:", "//127.0.0.1:")
         except BaseException:
             self.stop()
             raise
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1].split("/", 1)[0])
+
+    def wait_for_line(self, text: str) -> str:
+        """The first line of stderr still unread that contains ``text``."""
+        while True:
+            line = self.lines.get(timeout=WAIT_S)
+            self.stderr.append(line)
+            if not line:
+                raise AssertionError(f"the gateway exited before saying {text!r}")
+            if text in line:
+                return line
 
     def _read(self) -> None:
         assert self.process.stderr is not None
