@@ -542,3 +542,24 @@ def test_a_cancelled_call_is_answered_request_cancelled_and_recorded(
     assert [(r["status"], r["errorCode"]) for r in results] == [
         (Status.CANCELLED, ErrorCode.USER_CANCELLED)
     ]
+
+
+def test_a_sessionless_call_is_not_recorded_as_a_listing_too(
+    gateway: HttpGateway, workspace: Path
+) -> None:
+    # The SDK checks a 2026-07-28 call's Mcp-Param headers against the tool's schema;
+    # it used to get the schema by listing the tools: a TOOLS_EXPOSED event per call.
+    async def main() -> str:
+        with anyio.fail_after(WAIT_S):
+            async with httpx.AsyncClient(timeout=WAIT_S) as http:
+                run = run_of(await sessionless(http, gateway.url, "tools/list", {}))
+                call = {"name": "repo.search", "arguments": {"query": "greet"}}
+                for _ in range(3):
+                    called = await sessionless(http, gateway.url, "tools/call", call)
+                    assert projection(called)["status"] == "SUCCEEDED"
+                return run
+
+    run = anyio.run(main)
+    kinds = [e.type for e in ledger_events(workspace, run)]
+    assert kinds.count(EventType.TOOLS_EXPOSED) == 1
+    assert kinds.count(EventType.TOOL_CALL_RESULT) == 3

@@ -156,6 +156,13 @@ class Gateway:
         if run is not None:
             _log.info("session %s ended: run %s", key, run.id)
 
+    def input_schema(self, name: str) -> dict[str, Any] | None:
+        """A tool's input schema, for the SDK's check of a 2026-07-28 call's
+        ``Mcp-Param-*`` headers. Without it the SDK lists the tools for every such call,
+        and each listing is a TOOLS_EXPOSED event in the run."""
+        tool = self.kernel.registry.find(name)
+        return None if tool is None else dict(tool.definition.input_schema)
+
     async def list_tools(
         self, ctx: _Context, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
@@ -399,6 +406,7 @@ def build_server(kernel: Kernel, gateway: Gateway | None = None) -> Server[Any]:
         ),
         on_list_tools=gateway.list_tools,
         on_call_tool=gateway.call_tool,
+        get_tool_input_schema=gateway.input_schema,
     )
     server.middleware.append(_take_any_arguments)
     return server
