@@ -300,3 +300,10 @@ def test_a_read_only_ledger_refuses_what_is_not_a_ledger_file(
     make(path)
     with pytest.raises(LedgerError, match=re.escape(f"the ledger at {path} {refusal}")):
         SqliteLedger(path, read_only=True)
+
+
+def test_a_dangling_link_where_the_ledger_goes_is_named_as_such(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    path.symlink_to(tmp_path / "gone" / "ledger.db")
+    with pytest.raises(LedgerError, match="is a symbolic link to .*gone/ledger.db, which does"):
+        SqliteLedger(path)

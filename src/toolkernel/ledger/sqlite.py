@@ -422,6 +422,8 @@ class SqliteLedger(Ledger):
 
 def _open(path: Path, synchronous: str) -> sqlite3.Connection:
     _make_parents(path.parent)
+    if path.is_symlink() and not path.exists():
+        raise _dangling(path)
     # Create the file ourselves so it gets 0o600; SQLite would use 0o644.
     os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
     # Autocommit mode: transactions are begun and ended explicitly below, so that
@@ -456,6 +458,12 @@ def _open_read_only(path: Path) -> sqlite3.Connection:
     return _connect_read_only(f"{uri}?immutable=1", path)
 
 
+def _dangling(path: Path) -> LedgerError:
+    return LedgerError(
+        f"the ledger at {path} is a symbolic link to {path.readlink()}, which does not exist"
+    )
+
+
 def _check_file(path: Path) -> None:
     """Refuse what SQLite would misread before it opens it: opening a FIFO waits for a
     writer, and an empty file (or none) reads as an empty database."""
@@ -463,10 +471,7 @@ def _check_file(path: Path) -> None:
         status = path.stat()
     except FileNotFoundError:
         if path.is_symlink():
-            raise LedgerError(
-                f"the ledger at {path} is a symbolic link to {path.readlink()}, "
-                "which does not exist"
-            ) from None
+            raise _dangling(path) from None
         raise LedgerError(f"there is no ledger at {path}") from None
     except OSError as exc:
         raise LedgerError(f"cannot read the ledger at {path}: {exc.strerror}") from exc
