@@ -305,5 +305,5 @@ def test_a_read_only_ledger_refuses_what_is_not_a_ledger_file(
 def test_a_dangling_link_where_the_ledger_goes_is_named_as_such(tmp_path: Path) -> None:
     path = tmp_path / "ledger.db"
     path.symlink_to(tmp_path / "gone" / "ledger.db")
-    with pytest.raises(LedgerError, match="is a symbolic link to .*gone/ledger.db, which does"):
+    with pytest.raises(LedgerError, match=r"is a symbolic link to .*gone/ledger\.db, which does"):
         SqliteLedger(path)
