@@ -255,6 +255,11 @@ class _Workers:
             if job is not None:
                 self._run(job)
                 with self._lock:
+                    if self._threads - self._abandoned > self._max:
+                        # A thread grown past max_threads while a tool was abandoned:
+                        # with that tool back, it is one too many.
+                        self._threads -= 1
+                        return
                     if self._backlog:
                         self._backlog -= 1
                     elif self._closed:  # closed while this job ran: nothing more comes

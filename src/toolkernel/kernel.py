@@ -537,18 +537,24 @@ class Kernel:
                 seen.add(call.tool_call_id)
         for call_id in seen:
             run.proposed(call_id)
+        pending = set(seen)  # ids of segments still to run (once run, they are free)
         offset = 0
         try:
             for exclusive, batch in _segments(self.registry, calls):
                 repeated = {position - offset for position in repeats}
-                results.extend(
-                    await self._run_batch(
-                        run, batch, exclusive, on_progress, approver, repeated, owned=seen
+                try:
+                    results.extend(
+                        await self._run_batch(
+                            run, batch, exclusive, on_progress, approver, repeated, owned=seen
+                        )
                     )
-                )
+                finally:
+                    pending.difference_update(call.tool_call_id for call in batch)
                 offset += len(batch)
         finally:
-            for call_id in seen:  # a segment that never ran leaves nothing behind
+            # A segment that never ran leaves nothing behind; an id a finished segment
+            # freed may be another turn's by now, and is not touched.
+            for call_id in pending:
                 run.finished(call_id)
         return results
 
@@ -827,7 +833,10 @@ class Kernel:
     def _progress_message(self, message: object) -> str | None:
         if not isinstance(message, str) or not message:
             return None
-        return self.redactor.redact_text(utf8_text(message[:_MAX_PROGRESS_MESSAGE]), Counter())
+        # Redacted, then cut: cut first, a secret across the cut would not be recognised.
+        margin = 512 + 2 * self.redactor.max_secret_length
+        text = utf8_text(message[: _MAX_PROGRESS_MESSAGE + margin])
+        return self.redactor.redact_text(text, Counter())[:_MAX_PROGRESS_MESSAGE]
 
     def _finish(self, admitted: _Admitted, outcome: Outcome) -> _Finished:
         """normalize → artifactize → redact: the result and its events, not yet written.

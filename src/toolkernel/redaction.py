@@ -369,6 +369,7 @@ class Redactor:
         # depth: so the containers being copied are tracked from _CYCLE_DEPTH down, and
         # the usual shallow value pays nothing for it.
         open_below: set[int] = set()
+        numbered: dict[tuple[int, str], int] = {}  # (dict, key) -> the next number to try
         while stack:
             source, target, depth = stack.pop()
             if depth >= _CYCLE_DEPTH:
@@ -383,7 +384,7 @@ class Redactor:
                 for original, item in source.items():
                     key = text(original if type(original) is str else _json_key(original), counts)
                     if key in target:  # two keys that redact (or spell) alike
-                        key = _distinct(key, target)
+                        key = _distinct(key, target, numbered)
                     kind = type(item)
                     if kind is str:
                         target[key] = text(item, counts)
@@ -813,11 +814,13 @@ def _cut_point(text: str, start: int, end: int, hold: int, max_line: int) -> int
     return cut
 
 
-def _distinct(key: str, taken: Mapping[str, Any]) -> str:
-    """``key`` numbered (``[REDACTED] (2)``) so that it is not among ``taken``."""
-    number = 2
+def _distinct(key: str, taken: Mapping[str, Any], numbered: dict[tuple[int, str], int]) -> str:
+    """``key`` numbered (``[REDACTED] (2)``) so that it is not among ``taken``; where the
+    numbering of ``key`` in ``taken`` goes on is kept in ``numbered``."""
+    number = numbered.get((id(taken), key), 2)
     while f"{key} ({number})" in taken:
         number += 1
+    numbered[(id(taken), key)] = number + 1
     return f"{key} ({number})"
 
 

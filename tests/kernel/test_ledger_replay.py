@@ -98,6 +98,34 @@ async def test_progress_a_tool_reports_is_made_storable_and_safe(kernel_factory,
     assert kernel.ledger.verify().ok
 
 
+async def test_a_secret_across_the_cut_of_a_progress_message_is_still_masked(kernel_factory):
+    token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0" * 2  # 44 characters
+    for start in (980, 990, 996, 999):  # the cut at 1000 goes through the token
+
+        @tool("job.leaky")
+        async def leaky(ctx: ToolContext) -> str:
+            """Report progress with a token at the cut."""
+            ctx.progress(1, 1, "x" * start + " " + token + " tail")  # noqa: B023 - called at once
+            return "done"
+
+        kernel = kernel_factory()
+        kernel.register(leaky)
+        run = kernel.start_run()
+        seen: list[str | None] = []
+        listener = seen.append
+        await kernel.call(run, "job.leaky", {}, on_progress=lambda *a: listener(a[3]))  # noqa: B023
+        (stored,) = [
+            e.payload["message"]
+            for e in kernel.ledger.events(run.id)
+            if e.type is EventType.TOOL_CALL_PROGRESS
+        ]
+        for message in (stored, seen[0]):
+            assert message is not None
+            assert "ghp_" not in message
+            assert "A1b2C3" not in message
+            assert len(message) <= 1000
+
+
 async def test_progress_past_the_cap_is_counted_not_stored_and_a_failing_listener_is_ignored(
     kernel_factory,
 ):

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio
 import pytest
@@ -1234,3 +1234,97 @@ async def test_closing_a_kernel_ends_its_idle_worker_threads(kernel_factory):
     while _worker_threads() - before and time.monotonic() < deadline:
         await anyio.sleep(0.01)
     assert not _worker_threads() - before
+
+
+async def test_a_turn_does_not_free_an_id_another_turn_took_after_its_segment(kernel_factory):
+    # call_many used to finish every id of its turn at the end, also one that its first
+    # segment had freed and another turn had taken since: that call became uncancellable.
+    kernel = kernel_factory()
+    first_done, release_a, release_b = anyio.Event(), anyio.Event(), anyio.Event()
+
+    @tool("a.write", mutating=True)
+    async def a_write() -> str:
+        """A fast write."""
+        first_done.set()
+        return "w"
+
+    @tool("a.read", idempotent=True)
+    async def a_read() -> str:
+        """A slow read in the turn's second segment."""
+        await release_a.wait()
+        return "r"
+
+    @tool("b.read", idempotent=True)
+    async def b_read() -> str:
+        """Another turn's long read."""
+        await release_b.wait()
+        return "b"
+
+    for each in (a_write, a_read, b_read):
+        kernel.register(each)
+    run = kernel.start_run(profile="full")
+    out: dict[str, Any] = {}
+
+    async def turn_a() -> None:
+        calls = [
+            ToolCall("a.write", {}, tool_call_id="X"),
+            ToolCall("a.read", {}, tool_call_id="Y"),
+        ]
+        out["a"] = await kernel.call_many(run, calls)
+
+    async def turn_b() -> None:
+        out["b"] = await kernel.call(run, "b.read", {}, tool_call_id="X")
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(turn_a)
+            await first_done.wait()
+            await anyio.wait_all_tasks_blocked()
+            group.start_soon(turn_b)  # X is free again: the other turn takes it
+            await anyio.wait_all_tasks_blocked()
+            release_a.set()  # the first turn ends
+            await anyio.wait_all_tasks_blocked()
+            assert run.has_call("X")
+            assert run.cancel_call("X") is True
+            release_b.set()
+    assert (out["b"].status, out["b"].error_code) == (Status.CANCELLED, ErrorCode.USER_CANCELLED)
+
+
+async def test_the_pool_never_runs_more_sync_tools_than_max_threads_once_they_return(
+    kernel_factory,
+):
+    release = threading.Event()
+    running = 0
+    most = 0
+    lock = threading.Lock()
+
+    @tool("job.hang", timeout_ms=50)
+    def hang() -> str:
+        """Hang until released."""
+        release.wait(10)
+        return "late"
+
+    @tool("job.count", idempotent=True)
+    def count() -> str:
+        """Count how many run at once."""
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        time.sleep(0.05)
+        with lock:
+            running -= 1
+        return "counted"
+
+    kernel = kernel_factory(adapters={ExecutionMode.NATIVE: NativeAdapter(max_threads=1)})
+    kernel.register(hang)
+    kernel.register(count)
+    run = kernel.start_run()
+    assert (await kernel.call(run, "job.hang", {})).status is Status.TIMED_OUT
+    assert (await kernel.call(run, "job.count", {})).status is Status.SUCCEEDED  # on a new thread
+    release.set()  # the abandoned tool returns: its thread is one too many now
+    await anyio.sleep(0.2)
+    most = 0
+    results = await kernel.call_many(run, [ToolCall("job.count", {}) for _ in range(4)])
+    assert all(r.status is Status.SUCCEEDED for r in results)
+    assert most == 1

@@ -219,10 +219,25 @@ def test_after_a_dropped_connection_appends_and_reads_go_on_on_a_new_one(
     assert [e.seq for e in ledger.events("run-1")] == [1, 2, 3]
 
 
+_TRY_APPEND = postgres._try_append  # the real one, which tests replace
+
+
+def commit_elsewhere(dsn: str, schema: str, *args: Any) -> None:
+    """What ``_try_append`` would have committed, committed by another session: a commit
+    that landed, though (in a batch's transaction too) its answer never arrives."""
+    with admin(dsn, schema) as other:
+        assert _TRY_APPEND(other, *args)
+
+
 @pytest.mark.parametrize("stored", [True, False])
 @pytest.mark.parametrize("batch", [False, True])
 def test_an_append_cut_off_by_a_drop_is_stored_once_whether_or_not_it_was_committed(
-    ledger: PostgresLedger, monkeypatch: pytest.MonkeyPatch, stored: bool, batch: bool
+    ledger: PostgresLedger,
+    monkeypatch: pytest.MonkeyPatch,
+    dsn: str,
+    schema: str,
+    stored: bool,
+    batch: bool,
 ) -> None:
     # A commit whose answer was lost used to be appended again: the call twice.
     ledger.append("run-1", [request(1)])
@@ -233,7 +248,7 @@ def test_an_append_cut_off_by_a_drop_is_stored_once_whether_or_not_it_was_commit
         if not cut:
             cut.append(True)
             if stored:
-                real(conn, *args)  # the server commits; its answer never arrives
+                commit_elsewhere(dsn, schema, *args)
             conn.close()
             raise psycopg.OperationalError("server closed the connection unexpectedly")
         return real(conn, *args)
@@ -248,6 +263,42 @@ def test_an_append_cut_off_by_a_drop_is_stored_once_whether_or_not_it_was_commit
     assert ledger.verify().ok
     ledger.append("run-1", [request(4)])  # the head cache follows what was stored
     assert [e.seq for e in ledger.events("run-1")] == [1, 2, 3, 4]
+
+
+def test_a_retry_cut_off_again_says_the_append_may_be_stored_and_is_not_repeated(
+    ledger: PostgresLedger, monkeypatch: pytest.MonkeyPatch, dsn: str, schema: str
+) -> None:
+    # The retry's own commit may land before its answer is lost: reported as "not
+    # stored", the kernel appended the events a third time.
+    ledger.append("run-1", [request(1)])
+    calls: list[bool] = []
+
+    def cut_off(conn: Any, *args: Any) -> bool:
+        calls.append(True)
+        if len(calls) == 2:  # the retry: committed, then cut off
+            commit_elsewhere(dsn, schema, *args)
+        conn.close()
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(postgres, "_try_append", cut_off)
+    with pytest.raises(LedgerError) as caught:
+        ledger.append("run-1", [request(2)])
+    assert caught.value.maybe_stored
+    monkeypatch.undo()
+    assert [e.seq for e in ledger.events("run-1")] == [1, 2]
+    assert ledger.verify().ok
+
+
+def test_a_read_only_ledger_stays_read_only_on_a_new_connection(dsn: str, schema: str) -> None:
+    with PostgresLedger(dsn, schema=schema) as writer:
+        writer.append("run-1", [request(1)])
+    with PostgresLedger(dsn, schema=schema, read_only=True) as reader:
+        drop(reader, dsn, schema)
+        assert reader.verify().ok  # on a new connection
+        with pytest.raises(LedgerError, match="read-only"):
+            reader.append("run-1", [request(2)])
+    with PostgresLedger(dsn, schema=schema) as writer:
+        assert [e.seq for e in writer.events("run-1")] == [1]
 
 
 def test_when_the_server_is_not_back_the_error_says_the_append_may_be_stored(

@@ -270,3 +270,14 @@ def test_version_names_the_installed_package(capsys):
         cli_main(["--version"])
     assert exited.value.code == 0
     assert re.fullmatch(r"toolkernel \d+\.\d+\.\d+\S*\n", capsys.readouterr().out)
+
+
+async def test_inspect_escapes_what_the_server_writes_on_stderr(capfd):
+    script = r"printf '\033[2J\033]0;owned\007boom\nnext line\n' >&2; exit 3"
+    server = ServerConfig(name="loud", command=("sh", "-c", script), start_timeout_ms=2000)
+    with anyio.fail_after(15), pytest.raises(ServerUnavailable):
+        await inspect_server(server)
+    err = capfd.readouterr().err
+    assert "\x1b" not in err
+    assert "\x07" not in err
+    assert "\\x1b[2J\\x1b]0;owned\\x07boom\nnext line\n" in err  # escaped, lines kept

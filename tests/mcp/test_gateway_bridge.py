@@ -218,6 +218,8 @@ def test_a_call_the_ledger_cannot_record_is_a_tool_error_not_a_protocol_error(
     async def main() -> Any:
         async with Client(build_server(kernel, Gateway(kernel)), mode="legacy") as client:
             ledger.broken = True
+            unknown = await client.call_tool("x\x1b[2Jfake", {})
+            assert unknown.is_error is True
             return await client.call_tool("memory.read", {})
 
     try:
@@ -230,4 +232,6 @@ def test_a_call_the_ledger_cannot_record_is_a_tool_error_not_a_protocol_error(
     assert projection["errorCode"] == ErrorCode.LEDGER_UNAVAILABLE
     assert projection["retryable"] is True
     assert "audit ledger" in result.content[0].text
-    assert any("could not be recorded" in r.getMessage() for r in caplog.records)
+    logged = [r.getMessage() for r in caplog.records if "could not be recorded" in r.getMessage()]
+    assert len(logged) == 2
+    assert not any("\x1b" in line for line in logged)  # a client's tool name, escaped

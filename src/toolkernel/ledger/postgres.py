@@ -502,7 +502,10 @@ class PostgresLedger(Ledger):
         except psycopg.Error as exc:
             for run_id in runs:
                 self._heads.pop(run_id, None)
-            raise self._append_error(exc, what) from exc
+            error = self._append_error(exc, what)
+            # Cut off again: this commit too may have landed. Not known: never repeated.
+            error.maybe_stored = _dropped(conn)
+            raise error from exc
 
     def _retrying(self, action: str, work: Callable[[_Conn], _T]) -> _T:
         """``work`` on the live connection, and once more on a new one if the server had
@@ -534,12 +537,15 @@ class PostgresLedger(Ledger):
                 "SELECT set_config('search_path', %s, false), "
                 "set_config('lock_timeout', %s, false), "
                 "set_config('statement_timeout', %s, false), "
-                "set_config('idle_in_transaction_session_timeout', %s, false)",
+                "set_config('idle_in_transaction_session_timeout', %s, false), "
+                # Every session of a read-only ledger, a replaced one included.
+                "set_config('default_transaction_read_only', %s, false)",
                 (
                     sql.Identifier(self._schema).as_string(),
                     _LOCK_TIMEOUT,
                     _STATEMENT_TIMEOUT,
                     _STATEMENT_TIMEOUT,
+                    "on" if self._read_only else "off",
                 ),
             )
         except BaseException:
@@ -560,7 +566,6 @@ class PostgresLedger(Ledger):
     def _check_present(self) -> None:
         """For a read-only open: the schema holds a ledger this toolkernel can read."""
         conn = self._conn
-        conn.execute("SET default_transaction_read_only = on")
         if not self._usable_schema(conn):
             raise LedgerMissing(f"there is no ledger in {self._where}: the schema does not exist")
         found = conn.execute("SELECT to_regclass('schema_version')").fetchone()

@@ -66,7 +66,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from toolkernel.approval import Approver
 from toolkernel.calls import ToolCallResult, new_id
 from toolkernel.cancel import CancellationToken
-from toolkernel.codes import ErrorCode, Status, safe_message
+from toolkernel.codes import ErrorCode, Status, safe_field, safe_message
 from toolkernel.errors import LedgerError, UsageError
 from toolkernel.kernel import Kernel
 from toolkernel.mcp.gateway_approval import (
@@ -80,6 +80,7 @@ from toolkernel.mcp.gateway_approval import (
 from toolkernel.mcp.gateway_render import RUN_META, render_result, render_tool
 from toolkernel.mcp.streams import FilteredReadStream
 from toolkernel.run import Run
+from toolkernel.terminal import printable
 
 __all__ = [
     "Gateway",
@@ -254,9 +255,14 @@ class Gateway:
                     # The audit ledger cannot record (its database is down, the disk is
                     # full): the client gets a tool error it can act on, the operator
                     # one line saying why.
-                    _log.error("call %s of %s could not be recorded: %s", call_id, name, exc)
+                    _log.error(
+                        "call %s of %s could not be recorded: %s",
+                        call_id,
+                        printable(name[:200]),
+                        printable(str(exc)),
+                    )
                     result = ToolCallResult.from_code(
-                        call_id, ErrorCode.LEDGER_UNAVAILABLE, tool=name
+                        call_id, ErrorCode.LEDGER_UNAVAILABLE, tool=safe_field(name)
                     )
                 finally:
                     done.set()

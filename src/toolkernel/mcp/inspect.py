@@ -160,8 +160,8 @@ class _BoundedLog(io.TextIOBase):
             kept = text[: self._left]
             self._left -= len(kept)
             self._dropped += len(text) - len(kept)
-        if kept:
-            self._out.write(kept)
+        if kept:  # the server's own text: escaped, so that it cannot drive the terminal
+            self._out.write("\n".join(printable(line, one_line=False) for line in kept.split("\n")))
         return len(text)
 
     def flush(self) -> None:
