@@ -46,7 +46,7 @@ from toolkernel.ledger import (
 )
 from toolkernel.replay import exchanges
 from toolkernel.run import Run
-from toolkernel.terminal import printable
+from toolkernel.terminal import json_text, printable
 
 __all__ = ["main"]
 
@@ -517,7 +517,9 @@ def _holding(ledger: Ledger | None, run_id: str, args: argparse.Namespace) -> Le
     """``ledger``, if it holds ``run_id``."""
     if ledger is None:
         raise UsageError(f"{_absent(args)}, so no run {run_id!r}")
-    if run_id not in {r.run_id for r in ledger.runs()}:
+    if run_id not in {r.run_id for r in ledger.runs()} and not ledger.verify(run_id).runs_checked:
+        # Neither events nor a head: a mistyped id. A head without events is a run whose
+        # events were deleted, which the caller's verify names.
         raise UsageError(f"the ledger has no run {run_id!r}")
     return ledger
 
@@ -527,12 +529,14 @@ def _ledger_show(args: argparse.Namespace) -> int:
         if args.run_id is not None:
             ledger = _holding(ledger, args.run_id, args)
         if ledger is None:
+            # As verify: an empty listing of the wrong path must not pass for a clean one.
             print(printable(f"{_absent(args)}: nothing recorded there yet"), file=sys.stderr)
-            report, events = VerifyReport(0, 0), []
-        else:
-            report = ledger.verify(args.run_id)
-            _warn_unverified(report)
-            events = _readable_events(ledger, args.run_id, report)
+            if args.format == "json":
+                _print_json([])
+            return EXIT_FAILED
+        report = ledger.verify(args.run_id)
+        _warn_unverified(report)
+        events = _readable_events(ledger, args.run_id, report)
     if args.format == "json":
         found = _by_event(report.problems)
         _print_json([_event_json(e, found.get((e.run_id, e.seq))) for e in events])
@@ -698,7 +702,7 @@ def _ledger_replay(args: argparse.Namespace) -> int:
             return EXIT_FAILED
         try:
             for exchange in exchanges(held, args.run_id):
-                print(json.dumps(exchange.to_dict(), ensure_ascii=False))
+                print(json_text(exchange.to_dict()))
         except LedgerError as exc:
             if not _undecodable(report):
                 raise
@@ -817,7 +821,7 @@ def _unmatched_patterns(config: Config) -> list[str]:
 
 
 def _print_json(value: Any) -> int:
-    print(json.dumps(value, ensure_ascii=False, indent=None))
+    print(json_text(value))
     return EXIT_OK
 
 

@@ -64,7 +64,7 @@ from toolkernel.ledger import SqliteLedger
 from toolkernel.loop import FORMATS, Provider, tool_names
 from toolkernel.providers import NameMap, ProviderFormatError
 from toolkernel.run import Run, ToolCall
-from toolkernel.terminal import printable
+from toolkernel.terminal import json_text, printable
 
 __all__ = ["EXIT_INVALID_INPUT", "EXIT_OK", "ReplayFamily", "Verdict", "run_replay"]
 
@@ -273,7 +273,7 @@ def _judge(kernel: Kernel, run: Run, turn: _Turn) -> list[dict[str, Any]]:
 
 def _emit(out: TextIO, rows: list[dict[str, Any]]) -> None:
     for row in rows:
-        print(json.dumps(row, ensure_ascii=False), file=out)
+        print(json_text(row), file=out)
 
 
 def _where(turn: _Turn, call: ToolCall) -> dict[str, Any]:

@@ -4,12 +4,17 @@ A terminal obeys what it is sent: an ANSI sequence in a tool name, a server's ve
 or a ledger payload could clear the screen, move the cursor or rewrite the lines a
 reviewer reads. ``printable`` escapes every character a terminal would act on or that
 would hide text (controls, bidi overrides, lone surrogates), the way Python's
-``repr`` spells them.
+``repr`` spells them. ``json_text`` does the same for JSON output, with JSON's own
+escapes, so the output stays valid JSON.
 """
 
 from __future__ import annotations
 
-__all__ = ["printable"]
+import json
+import re
+from typing import Any, Final
+
+__all__ = ["json_text", "printable"]
 
 
 def printable(text: str, *, one_line: bool = True) -> str:
@@ -20,3 +25,24 @@ def printable(text: str, *, one_line: bool = True) -> str:
     if text.isprintable():
         return text
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
+# What json.dumps(ensure_ascii=False) leaves raw that a terminal acts on or hides: C1
+# controls (U+009B is a CSI), bidi and other format characters, line and paragraph
+# separators, lone surrogates, and non-ASCII blanks (U+3164, U+2028). JSON escapes
+# U+0000 to U+001F itself.
+_UNPRINTABLE: Final = re.compile(
+    "[\x7f-\x9f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f"
+    "\u2000-\u200f\u2028-\u202f\u205f-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0"
+    "\ufff0-\ufffb\ud800-\udfff\U000e0000-\U000e0fff\U000f0000-\U0010ffff]"
+)
+
+
+def json_text(value: Any, *, indent: int | None = None) -> str:
+    """``value`` as JSON, readable (non-ASCII letters stay as they are) but with every
+    character a terminal would act on or hide written as a ``\\uXXXX`` escape."""
+    return _UNPRINTABLE.sub(_escaped, json.dumps(value, ensure_ascii=False, indent=indent))
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return json.dumps(match.group(), ensure_ascii=True)[1:-1]

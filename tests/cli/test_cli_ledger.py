@@ -106,7 +106,7 @@ def test_verify_without_a_ledger_says_so_and_does_not_pass(capsys, workspace):
 
 
 def test_reading_a_workspace_without_a_ledger_creates_none(capsys, workspace):
-    assert ledger("show", workspace=workspace) == 0
+    assert ledger("show", workspace=workspace) == 1  # no pass, as verify
     assert "no ledger at " in capsys.readouterr().err
     assert ledger("verify", workspace=workspace) == 1
     assert ledger("replay", "--run", "run-a", workspace=workspace) == 2

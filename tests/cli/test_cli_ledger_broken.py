@@ -126,3 +126,44 @@ def test_replay_of_an_intact_run_beside_a_broken_one_says_nothing_else(
     captured = capsys.readouterr()
     assert captured.err == ""
     assert json.loads(captured.out)["arguments"] == {"path": "a.txt"}
+
+
+@pytest.mark.parametrize("command", [["show"], ["show", "--format", "json"], ["replay"]])
+def test_a_run_whose_events_were_all_deleted_is_named_broken_not_missing(
+    capsys: pytest.CaptureFixture[str], two_runs: Path, command: list[str]
+) -> None:
+    # Its head row remains: it used to be "no run 'run-b'", exit 2, as a mistyped id.
+    edit(two_runs, "DELETE FROM events WHERE run_id = 'run-b'")
+    assert ledger(*command, "--run", "run-b", workspace=two_runs) == EXIT_BROKEN
+    err = capsys.readouterr().err
+    assert "run-b run: head_mismatch" in err
+    assert "has no run" not in err
+    assert ledger(*command, "--run", "run-zz", workspace=two_runs) == 2  # a mistyped id
+
+
+def test_show_without_a_ledger_is_no_pass_either(
+    capsys: pytest.CaptureFixture[str], workspace: Path
+) -> None:
+    assert ledger("show", workspace=workspace) == EXIT_BROKEN
+    assert ledger("show", "--format", "json", workspace=workspace) == EXIT_BROKEN
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == []
+    assert "no ledger at" in captured.err
+
+
+@pytest.mark.parametrize("command", [["show", "--format", "json"], ["replay", "--run", "run-x"]])
+def test_json_output_escapes_what_a_terminal_would_act_on(
+    capsys: pytest.CaptureFixture[str], workspace: Path, command: list[str]
+) -> None:
+    # json.dumps(ensure_ascii=False) writes a C1 CSI (U+009B) or a bidi override raw.
+    hostile = "a\u009b2J\u202egnp.txt\u2028"
+    argv = ["call", "file.read", "--args", json.dumps({"path": hostile}), "--run", "run-x"]
+    main([*argv, "--workspace", str(workspace)])
+    capsys.readouterr()
+    ledger(*command, workspace=workspace)
+    out = capsys.readouterr().out
+    for raw in ("\u009b", "\u202e", "\u2028"):
+        assert raw not in out
+    assert "\\u009b2J\\u202egnp.txt\\u2028" in out
+    for line in out.splitlines():
+        json.loads(line)  # still JSON

@@ -9,7 +9,6 @@ Nothing is registered, pinned or recorded.
 from __future__ import annotations
 
 import io
-import json
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -23,7 +22,7 @@ from toolkernel.lint import Finding
 from toolkernel.mcp.bridge import Admission, ServerConnection, ServerUnavailable, admit_tool
 from toolkernel.mcp.pins import PinStore
 from toolkernel.mcp.servers import AD_HOC_NAME, SandboxMode, ServerConfig, ad_hoc_server
-from toolkernel.terminal import printable
+from toolkernel.terminal import json_text, printable
 
 __all__ = ["InspectReport", "InspectedTool", "inspect_server", "render_inspect"]
 
@@ -181,7 +180,7 @@ def render_inspect(report: InspectReport, fmt: Literal["text", "json"] = "text")
     """The report as JSON or as text for a terminal (where everything the server said is
     escaped: a name or a message cannot move the cursor or rewrite a line)."""
     if fmt == "json":
-        return json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n"
+        return json_text(report.to_dict(), indent=2) + "\n"
     info = report.server_info
     name, version = str(info.get("name", "?")), str(info.get("version", ""))
     lines = [
