@@ -9,7 +9,9 @@ must draw an error-severity ``P`` finding. False positives: the 616 real tools i
 
 from __future__ import annotations
 
+import base64
 import json
+import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -110,6 +112,17 @@ def test_error_poisoning_findings_on_at_most_1_percent_of_benign_tools(
     )
     assert len(tools) == 616
     assert len(flagged) / len(tools) <= FALSE_POSITIVE_LIMIT, flagged
+
+
+def test_a_standard_icon_adds_no_error_to_a_benign_tool() -> None:
+    """MCP's ``Tool.icons`` may hold a base64 ``data:`` URI: image bytes, not text."""
+    png = base64.b64encode(random.Random(0).randbytes(4_000)).decode()
+    icons = [{"src": f"data:image/png;base64,{png}", "mimeType": "image/png", "sizes": ["48x48"]}]
+    flagged = [
+        tool["name"] for tool in benign_tools() if poisoning_errors({**tool, "icons": icons})
+    ]
+    print(f"\nbenign tools with an icon and error P findings: {len(flagged)}/616 {flagged[:10]}")
+    assert flagged == []
 
 
 def test_masking_what_the_model_is_shown_rejects_no_benign_tool(tmp_path: Path) -> None:

@@ -14,32 +14,41 @@ changing how *other* tools are called, or content a human reviewer cannot see
 (invisible Unicode, markup comments, padding, terminal control sequences).
 
 Phrases are matched on a folded copy of the text (see :func:`_visible`): compatibility
-forms and diacritics folded, invisible characters removed, common Cyrillic and Greek
-look-alikes of Latin letters mapped to those letters. Every pattern runs in time linear
-in the text (bounded gaps, anchored or possessive runs), and a string longer than
-:data:`MAX_TEXT_CHARS` is checked up to that length and reported (``P114``).
+forms and diacritics folded, invisible characters removed, common Cyrillic, Greek, Lisu
+and Cherokee look-alikes of Latin letters mapped to those letters. A phrase split over
+neighbouring strings (an object's string values, an array's strings) is matched on
+them joined. Every pattern runs in time linear in the text (bounded gaps, anchored or
+possessive runs), and a string longer than :data:`MAX_TEXT_CHARS`, before or after
+folding, is checked up to that length and reported (``P114``).
 """
 
 from __future__ import annotations
 
 import re
+import sys
 import unicodedata
+from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import accumulate, islice
 from typing import Final
 
 from toolkernel.lint.findings import Finding, Severity
 from toolkernel.lint.loaders import ToolView
-from toolkernel.lint.schemas import iter_properties, iter_texts, types_of
+from toolkernel.lint.schemas import iter_properties, iter_siblings, iter_texts, types_of
 
 __all__ = ["MAX_TEXT_CHARS", "check_poisoning", "scan_text"]
 
 MAX_TEXT_CHARS: Final = 100_000
-"""The longest string the rules read; beyond it a string draws a ``P114`` error. Real
-descriptions run to a few thousand characters, and the linter runs inside the MCP
-bridge, where reading megabytes of one hostile string would stall every other call."""
+"""The longest string the rules read, counted before and after folding (one character
+can decompose to 18); beyond it a string draws a ``P114`` error. Real descriptions run
+to a few thousand characters, and the linter runs inside the MCP bridge, where reading
+megabytes of one hostile string would stall every other call."""
 
 _QUOTE_LIMIT: Final = 60
+# How far from the join of two neighbouring strings a phrase split over them is looked
+# for: far more than a phrase spans (its gaps are bounded; addresses and names are short).
+_SPLIT_REACH: Final = 1_000
 
 
 def _gap(n: int) -> str:
@@ -426,6 +435,12 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
 
 # P105: characters a reviewer cannot see (Unicode's default-ignorable code points).
 _TAG_CHARS: Final = re.compile("[\U000e0000-\U000e007f]")
+# Tags are ordinary only in a subdivision flag: a black flag, a short lower-case tag
+# code (gbsct: Scotland), a cancel tag.
+_FLAG_SEQUENCE: Final = re.compile(
+    "\U0001f3f4[\U000e0030-\U000e0039\U000e0061-\U000e007a]{2,6}\U000e007f"
+)
+_NON_JOINER: Final = "\u200c"
 _ZERO_WIDTH: Final = re.compile(
     "[\u200b\u200c\u2060-\u2065\u206a-\u206f\ufeff\u180e\ufff0-\ufff8"
     "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0080-\U000e00ff\U000e01f0-\U000e0fff]"
@@ -466,7 +481,10 @@ _INSTRUCTION_TAG: Final = re.compile(
 )
 # P107: a run of blanks wide or tall enough to scroll content out of a reviewer's view.
 # Any whitespace counts, and characters that render blank without being whitespace.
-_BLANK: Final = "\\s\u2800\u115f\u1160\u3164\uffa0"
+# Default-ignorable characters render as nothing, so they do not break a run.
+_BLANK: Final = (
+    "\\s\u2800\u115f\u1160\u3164\uffa0\u00ad\u034f\u061c\u180e\u200b-\u200f\u2060-\u206f\ufeff"
+)
 _BLANK_RUN: Final = re.compile(f"[{_BLANK}]{{12,}}")
 _NOT_BLANK: Final = re.compile(f"[^{_BLANK}]")
 _LINE_BREAK: Final = re.compile("\r\n?|[\n\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
@@ -476,6 +494,10 @@ _PADDING_LINES: Final = 12
 _BASE64: Final = re.compile(r"[A-Za-z0-9+/]{80,}={0,2}|[A-Za-z0-9_-]{100,}")
 _HEX: Final = re.compile(r"\b(?:[0-9a-fA-F]{2}){40,}\b|(?:\\x[0-9a-fA-F]{2}){16,}")
 _DECODE: Final = _rx(r"\b(?:decode|decoded|decoding|base64|b64|atob|hex-?encoded|unhex)\b")
+# An MCP icon (``icons[n].src``) may be a base64 data URI: image bytes, not text the model
+# reads. Only its media type is scanned; anything else after the comma is read in full.
+_ICON_SRC: Final = re.compile(r"/icons/\d+/src")
+_DATA_URI: Final = re.compile(r"data:[^,]*;base64,(?=[A-Za-z0-9+/]*={0,2}\Z)", re.IGNORECASE)
 
 # P110: parameter names that usually carry a side channel, and wording that hides one.
 _COVERT_WORDS: Final = frozenset({"sidenote", "hidden", "secret", "covert", "internal"})
@@ -509,18 +531,60 @@ _IMPERATIVE: Final = _rx(
 )
 _NORMALISE_WS: Final = re.compile(r"\s+")
 
-# Matching folds look-alikes to the Latin letters phrases are written in: common
-# Cyrillic, Greek, Armenian and IPA homoglyphs. Blank-looking fillers are dropped and the
-# braille blank read as a space. Compatibility forms (fullwidth, mathematical letters)
-# are folded by NFKD before this table applies.
+# Matching folds look-alikes to the Latin letters phrases are written in: a hand-written
+# table of Cyrillic, Greek, Armenian, IPA, Lisu and Cherokee homoglyphs and Latin small
+# capitals. Blank-looking fillers are dropped and the braille blank read as a space.
+# Compatibility forms (fullwidth, mathematical letters) are folded by NFKD; the table
+# applies before it too, as NFKD turns a lunate sigma (U+03F2) into a final sigma.
+_LOOK_ALIKES: Final = (
+    # Cyrillic
+    (
+        "\u0430\u0435\u043e\u0440\u0441\u0443\u0445\u0456\u0458\u0455\u04bb\u0501\u051b\u051d\u04cf",
+        "aeopcyxijshdqwl",
+    ),
+    (
+        "\u0410\u0412\u0415\u041a\u041c\u041d\u041e\u0420\u0421\u0422\u0425\u0423\u0406\u0408"
+        "\u0405\u04c0\u051a\u051c\u04ae",
+        "ABEKMHOPCTXYIJSIQWY",
+    ),
+    # Greek, with the lunate sigma and yot
+    ("\u03bf\u03b1\u03c1\u03bd\u03b9\u03ba\u03c5\u03c7\u03f2\u03f3", "oapvikuxcj"),
+    (
+        "\u0391\u0392\u0395\u0396\u0397\u0399\u039a\u039c\u039d\u039f\u03a1\u03a4\u03a5\u03a7"
+        "\u03f9\u037f",
+        "ABEZHIKMNOPTYXCJ",
+    ),
+    # Armenian and IPA
+    ("\u0585\u057d\u0570\u0578\u0131\u0251\u0261\u01c0", "ouhniagl"),
+    # Lisu capitals: every Latin capital but Q
+    (
+        "\ua4ee\ua4d0\ua4da\ua4d3\ua4f0\ua4dd\ua4d6\ua4e7\ua4f2\ua4d9\ua4d7\ua4e1\ua4df"
+        "\ua4e0\ua4f3\ua4d1\ua4e3\ua4e2\ua4d4\ua4f4\ua4e6\ua4ea\ua4eb\ua4ec\ua4dc",
+        "ABCDEFGHIJKLMNOPRSTUVWXYZ",
+    ),
+    # Cherokee capitals that look like Latin letters, and their small letters
+    (
+        "\u13a0\u13a1\u13a2\u13a5\u13a9\u13aa\u13ab\u13ac\u13b3\u13b7\u13bb\u13bd\u13c0\u13c2"
+        "\u13c3\u13cf\u13d2\u13d4\u13d5\u13d9\u13da\u13de\u13df\u13e2\u13e6\u13e7\u13f3\u13f4",
+        "DRTiYAJEWMHYGhZbRWSVSLCPKdGB",
+    ),
+    (
+        "\uab70\uab71\uab72\uab75\uab79\uab7a\uab7b\uab7c\uab83\uab87\uab8b\uab8d\uab90\uab92"
+        "\uab93\uab9f\uaba2\uaba4\uaba5\uaba9\uabaa\uabae\uabaf\uabb2\uabb6\uabb7\u13fb\u13fc",
+        "drtiyajewmhyghzbrwsvslcpkdgb",
+    ),
+    # Latin small capitals (there is no small capital X)
+    (
+        "\u1d00\u0299\u1d04\u1d05\u1d07\ua730\u0262\u029c\u026a\u1d0a\u1d0b\u029f\u1d0d"
+        "\u0274\u1d0f\u1d18\ua7af\u0280\ua731\u1d1b\u1d1c\u1d20\u1d21\u028f\u1d22",
+        "abcdefghijklmnopqrstuvwyz",
+    ),
+    # The braille blank
+    ("\u2800", " "),
+)
 _FOLD: Final = str.maketrans(
-    "\u0430\u0435\u043e\u0440\u0441\u0443\u0445\u0456\u0458\u0455\u04bb\u0501\u051b\u051d\u04cf"
-    "\u0410\u0412\u0415\u041a\u041c\u041d\u041e\u0420\u0421\u0422\u0425\u0423\u0406\u0408"
-    "\u0405\u04c0\u051a\u051c\u04ae"
-    "\u03bf\u03b1\u03c1\u03bd\u03b9\u03ba\u03c5\u03c7"
-    "\u0391\u0392\u0395\u0396\u0397\u0399\u039a\u039c\u039d\u039f\u03a1\u03a4\u03a5\u03a7"
-    "\u0585\u057d\u0570\u0578\u0131\u0251\u0261\u01c0\u2800",
-    "aeopcyxijshdqwlABEKMHOPCTXYIJSIQWYoapvikuxABEZHIKMNOPTYXouhniagl ",
+    "".join(source for source, _ in _LOOK_ALIKES),
+    "".join(latin for _, latin in _LOOK_ALIKES),
     "\u115f\u1160\u3164\uffa0",
 )
 # Format, unassigned and combining characters: invisible, or diacritics over a letter.
@@ -530,10 +594,18 @@ _UNSEEN_CATEGORIES: Final = frozenset({"Cf", "Cn", "Mn", "Me"})
 def check_poisoning(view: ToolView) -> list[Finding]:
     """Run every ``P`` rule on one definition."""
     findings: list[Finding] = []
+    lines: dict[str, str] = {}  # each string read, folded onto one line
     for text, pointer in iter_texts(view.raw, ""):
+        text = _model_text(text, pointer)
+        hits, lines[text] = _scan(text, view.name)
+        findings.extend(
+            Finding(view.name, rule, severity, pointer, message) for rule, severity, message in hits
+        )
+    for members, pointer in iter_siblings(view.raw, ""):
+        parts = [lines[_model_text(text, member)] for text, member in members]
         findings.extend(
             Finding(view.name, rule, severity, pointer, message)
-            for rule, severity, message in scan_text(text, tool=view.name)
+            for rule, severity, message in _scan_split(parts, view.name)
         )
     findings.extend(_parameters(view))
     # A key and its value share a pointer: the same text in both is one finding.
@@ -544,13 +616,19 @@ def scan_text(text: str, *, tool: str = "") -> list[tuple[str, Severity, str]]:
     """Scan one string; return ``(rule, severity, message)`` per rule that fires.
 
     Each rule reports at most once per string, at its most severe match. Only the
-    first :data:`MAX_TEXT_CHARS` characters are read; a longer string draws ``P114``.
+    first :data:`MAX_TEXT_CHARS` characters are read, of the string and of its folded
+    copy; a longer string draws ``P114``.
 
     Args:
         text: The string as the model would read it.
         tool: The name of the tool the text describes: telling the model how to call
             that tool itself is not shadowing (``P104``).
     """
+    return _scan(text, tool)[0]
+
+
+def _scan(text: str, tool: str) -> tuple[list[tuple[str, Severity, str]], str]:
+    """:func:`scan_text`, and the folded text on one line that the phrases were read in."""
     hits: dict[str, tuple[str, Severity, str]] = {}
 
     def add(rule: str, severity: Severity, message: str) -> None:
@@ -563,54 +641,102 @@ def scan_text(text: str, *, tool: str = "") -> list[tuple[str, Severity, str]]:
     for rule, severity, message in _raw_checks(text):
         add(rule, severity, message)
     visible = _visible(text)
+    if len(visible) > MAX_TEXT_CHARS:
+        message = f"folds to over {MAX_TEXT_CHARS:,} characters: only that many are read"
+        add("P114", _E, message)
+        visible = visible[:MAX_TEXT_CHARS]
+    # Folding shows a tag spelt with look-alikes or fullwidth brackets.
+    for rule, severity, message in _markup(visible):
+        add(rule, severity, message)
     clean = _one_line(visible)
     for pattern in _PATTERNS:
         if pattern.rule in hits and hits[pattern.rule][1] is Severity.ERROR:
             continue
-        match = _search(pattern, clean if pattern.rule != "P109" else visible, tool)
+        match = next(_matches(pattern, clean if pattern.rule != "P109" else visible, tool), None)
         if match:
             add(pattern.rule, pattern.severity, f"{pattern.what}: {_quote(match.group(0))}")
-    return list(hits.values())
+    return list(hits.values()), clean
 
 
-def _search(pattern: _Pattern, text: str, tool: str) -> re.Match[str] | None:
-    for match in pattern.regex.finditer(text):
+def _model_text(text: str, pointer: str) -> str:
+    """The part of a string the model reads as text: an icon's data URI is image bytes
+    after its media type."""
+    if _ICON_SRC.fullmatch(pointer):
+        data_uri = _DATA_URI.match(text)
+        if data_uri:
+            return data_uri.group(0)
+    return text
+
+
+def _scan_split(parts: list[str], tool: str) -> Iterator[tuple[str, Severity, str]]:
+    """The phrases split over neighbouring strings, each given folded onto one line.
+
+    The strings are joined with spaces and read near each join, up to
+    :data:`_SPLIT_REACH` characters either side; a match counts only if it spans a
+    join (one inside a single string was reported at that string). Each rule reports
+    at most once.
+    """
+    joined = " ".join(parts)
+    ends = list(accumulate(len(part) + 1 for part in parts))
+    windows: list[tuple[int, int]] = []
+    for join in ends[:-1]:
+        start, stop = max(join - _SPLIT_REACH, 0), min(join + _SPLIT_REACH, len(joined))
+        if windows and start <= windows[-1][1]:
+            start = windows.pop()[0]  # overlapping windows are read once, as one
+        windows.append((start, stop))
+    reported: dict[str, Severity] = {}
+    for pattern in _PATTERNS:
+        if reported.get(pattern.rule) is Severity.ERROR:
+            continue
+        for match in _split_matches(pattern, joined, windows, ends, tool):
+            reported[pattern.rule] = pattern.severity
+            yield pattern.rule, pattern.severity, f"{pattern.what}: {_quote(match.group(0))}"
+            break
+
+
+def _split_matches(
+    pattern: _Pattern, joined: str, windows: list[tuple[int, int]], ends: list[int], tool: str
+) -> Iterator[re.Match[str]]:
+    for start, stop in windows:
+        for match in _matches(pattern, joined, tool, start, stop):
+            text = match.group(0)
+            first = match.start() + len(text) - len(text.lstrip())
+            last = match.end() - 1 - (len(text) - len(text.rstrip()))
+            if bisect_right(ends, first) != bisect_right(ends, last):
+                yield match
+
+
+def _matches(
+    pattern: _Pattern, text: str, tool: str, start: int = 0, stop: int = sys.maxsize
+) -> Iterator[re.Match[str]]:
+    for match in pattern.regex.finditer(text, start, stop):
         if not (pattern.names_tool and _names_itself(match.group(0), tool)):
-            return match
-    return None
+            yield match
 
 
 def _names_itself(fragment: str, tool: str) -> bool:
-    ref = _TOOL_NAME.search(fragment)
-    return ref is not None and ref.group(0).strip("`'\"").casefold() == tool.casefold()
+    """Whether every tool reference in a match is the tool's own name."""
+    refs = {ref.strip("`'\"").casefold() for ref in _TOOL_NAME.findall(fragment)}
+    return refs == {tool.casefold()}
 
 
 def _raw_checks(text: str) -> Iterator[tuple[str, Severity, str]]:
-    for regex, what in (
-        (_TAG_CHARS, "Unicode tag characters"),
-        (_ZERO_WIDTH, "zero-width characters"),
-        (_FILLERS, "invisible filler characters"),
-        (_BIDI, "bidirectional control characters"),
+    for found, what in (
+        (_TAG_CHARS.findall(_FLAG_SEQUENCE.sub("", text)), "Unicode tag characters"),
+        (_stray_zero_width(text), "zero-width characters"),
+        (_FILLERS.findall(text), "invisible filler characters"),
+        (_BIDI.findall(text), "bidirectional control characters"),
+        (_stray_selectors(text), "stray variation selectors"),
     ):
-        found = regex.findall(text)
         if found:
             yield "P105", _E, f"{len(found)} {what} ({_code_points(found)})"
-    stray = _stray_selectors(text)
-    if stray:
-        yield "P105", _E, f"{len(stray)} stray variation selectors ({_code_points(stray)})"
     marks = _DIRECTION_MARKS.findall(text)
     if marks:
         yield "P105", _W, f"{len(marks)} direction marks (U+200E/U+200F/U+061C)"
     controls = _CONTROL.findall(text)
     if controls:
         yield "P113", _E, f"{len(controls)} control characters ({_code_points(controls)})"
-    for regex, what in (
-        (_COMMENT, "a markup comment"),
-        (_INSTRUCTION_TAG, "an instruction tag"),
-    ):
-        match = regex.search(text)
-        if match:
-            yield "P106", _E, f"holds {what}: {_quote(match.group(0))}"
+    yield from _markup(text)
     padding = _padding(text)
     if padding:
         length, followed = padding
@@ -619,6 +745,44 @@ def _raw_checks(text: str) -> Iterator[tuple[str, Severity, str]]:
     if blob:
         severity = _E if _DECODE.search(text) else _W
         yield "P108", severity, f"a {len(blob.group(0))}-character encoded blob"
+
+
+def _markup(text: str) -> Iterator[tuple[str, Severity, str]]:
+    for regex, what in (
+        (_COMMENT, "a markup comment"),
+        (_INSTRUCTION_TAG, "an instruction tag"),
+    ):
+        match = regex.search(text)
+        if match:
+            yield "P106", _E, f"holds {what}: {_quote(match.group(0))}"
+
+
+def _stray_zero_width(text: str) -> list[str]:
+    """Zero-width characters, but for a non-joiner inside a word of a script that
+    writes one: Persian and Hindi spelling require it between some letters."""
+    return [
+        match.group()
+        for match in _ZERO_WIDTH.finditer(text)
+        if not (match.group() == _NON_JOINER and _inside_word(text, match.start()))
+    ]
+
+
+def _inside_word(text: str, at: int) -> bool:
+    """Whether ``text[at]`` sits between a letter (or a mark such as a virama) and a
+    letter of the same script, Latin excepted."""
+    before, after = text[at - 1 : at], text[at + 1 : at + 2]
+    if not (before and after and unicodedata.category(after)[0] == "L"):
+        return False
+    if unicodedata.category(before)[0] not in "LM":
+        return False
+    script = _script(before)
+    return script != "LATIN" and script == _script(after)
+
+
+def _script(char: str) -> str:
+    # The first word of a character's name names its script (ARABIC LETTER FARSI YEH);
+    # of its compatibility form, so a fullwidth or mathematical A is LATIN.
+    return unicodedata.name(unicodedata.normalize("NFKD", char)[0], "").partition(" ")[0]
 
 
 def _stray_selectors(text: str) -> list[str]:
@@ -718,11 +882,17 @@ def _agent_context_parameter(view: ToolView, name: str, pointer: str) -> Iterato
 
 def _visible(text: str) -> str:
     """The text folded for matching: compatibility forms and diacritics folded,
-    look-alike letters mapped to Latin, invisible characters removed."""
+    look-alike letters mapped to Latin, invisible characters removed.
+
+    At most one character past :data:`MAX_TEXT_CHARS` is kept: decomposition can make
+    a text 18 times longer (U+FDFA), and the caller reports one that grew past it.
+    """
     if text.isascii():
         return text
-    folded = unicodedata.normalize("NFKD", text).translate(_FOLD)
-    return "".join(c for c in folded if unicodedata.category(c) not in _UNSEEN_CATEGORIES)
+    decomposed = unicodedata.normalize("NFKD", text.translate(_FOLD))
+    seen = (c for c in decomposed if unicodedata.category(c) not in _UNSEEN_CATEGORIES)
+    # Only the first pass drops fillers (NFKD makes none), so the cut keeps its length.
+    return "".join(islice(seen, MAX_TEXT_CHARS + 1)).translate(_FOLD)
 
 
 def _one_line(visible: str) -> str:

@@ -15,6 +15,7 @@ from toolkernel.lint.loaders import escape_token
 __all__ = [
     "deeper_than",
     "iter_properties",
+    "iter_siblings",
     "iter_subschemas",
     "iter_texts",
     "types_of",
@@ -164,3 +165,23 @@ def iter_texts(value: Any, pointer: str) -> Iterator[tuple[str, str]]:
             item_pointer = f"{pointer}/{escape_token(key)}"
             yield str(key), item_pointer
             yield from iter_texts(item, item_pointer)
+
+
+def iter_siblings(value: Any, pointer: str) -> Iterator[tuple[list[tuple[str, str]], str]]:
+    """Yield the string members of every object and array holding two or more, in
+    order, each as ``(text, pointer)``, with the pointer of the object or array.
+
+    The model reads neighbouring strings one after the other (a description and the
+    vendor key after it, the values of an enum), so a phrase can be split across them.
+    """
+    if isinstance(value, Mapping):
+        items = [(f"{pointer}/{escape_token(key)}", item) for key, item in value.items()]
+    elif isinstance(value, list):
+        items = [(f"{pointer}/{index}", item) for index, item in enumerate(value)]
+    else:
+        return
+    members = [(item, item_pointer) for item_pointer, item in items if isinstance(item, str)]
+    if len(members) > 1:
+        yield members, pointer
+    for item_pointer, item in items:
+        yield from iter_siblings(item, item_pointer)
