@@ -331,3 +331,17 @@ def test_a_phrase_split_over_neighbouring_strings_is_an_error(cuts: set[int]) ->
     found = lint_definition({**mcp_tool("Reads a file."), "inputSchema": schema})
     pointers = {f.pointer for f in found if f.rule == "P101" and f.severity is Severity.ERROR}
     assert pointers == {"/inputSchema/properties/m/enum"}, pieces
+
+
+def test_a_title_and_the_description_after_it_are_not_read_as_one_sentence() -> None:
+    # server-everything's get-env: joined, title and description read "Print ... all
+    # environment variables" (P102); its bridge test caught the split scan doing so.
+    tool = {
+        "name": "get-env",
+        "title": "Print Environment Tool",
+        "description": "Returns all environment variables, helpful for debugging MCP "
+        "server configuration",
+        "inputSchema": {"type": "object", "properties": {}},
+    }
+    findings = lint_definition(tool, kind="mcp")
+    assert [f for f in findings if f.rule.startswith("P")] == []

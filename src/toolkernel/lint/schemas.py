@@ -167,15 +167,24 @@ def iter_texts(value: Any, pointer: str) -> Iterator[tuple[str, str]]:
             yield from iter_texts(item, item_pointer)
 
 
+_LABELS: Final = frozenset({"name", "title"})
+
+
 def iter_siblings(value: Any, pointer: str) -> Iterator[tuple[list[tuple[str, str]], str]]:
     """Yield the string members of every object and array holding two or more, in
     order, each as ``(text, pointer)``, with the pointer of the object or array.
 
     The model reads neighbouring strings one after the other (a description and the
     vendor key after it, the values of an enum), so a phrase can be split across them.
+    A ``name`` or ``title`` is a label, not prose the next string continues: joined,
+    "Print Environment Tool" and "Returns all environment variables" read as an order.
     """
     if isinstance(value, Mapping):
-        items = [(f"{pointer}/{escape_token(key)}", item) for key, item in value.items()]
+        items = [
+            (f"{pointer}/{escape_token(key)}", item)
+            for key, item in value.items()
+            if key not in _LABELS
+        ]
     elif isinstance(value, list):
         items = [(f"{pointer}/{index}", item) for index, item in enumerate(value)]
     else:
