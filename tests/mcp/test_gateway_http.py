@@ -61,11 +61,8 @@ def workspace(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def gateway(workspace: Path) -> Iterator[HttpGateway]:
-    server = HttpGateway(workspace)
-    try:
+    with HttpGateway(workspace) as server:
         yield server
-    finally:
-        assert server.stop() == 0, "".join(server.stderr)
 
 
 def projection(result: types.CallToolResult) -> dict[str, Any]:

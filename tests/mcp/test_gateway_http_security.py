@@ -27,7 +27,7 @@ from gateway_harness import (
     HttpGateway,
     ledger_events,
     make_workspace,
-    stdio_params,
+    stdio_answers,
 )
 
 from toolkernel.cli import main as cli_main
@@ -54,11 +54,8 @@ def workspace(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def gateway(workspace: Path) -> Iterator[HttpGateway]:
-    server = HttpGateway(workspace)
-    try:
+    with HttpGateway(workspace) as server:
         yield server
-    finally:
-        assert server.stop() == 0, "".join(server.stderr)
 
 
 def messages(response: httpx.Response) -> list[dict[str, Any]]:
@@ -152,8 +149,7 @@ def test_a_remote_gateway_refuses_a_web_page_of_another_origin(workspace: Path) 
     """With --allow-remote the Host a client uses is not known, so any is taken; but
     a request from a web page (it carries Origin) is refused unless the page is the
     gateway's own address (or an --allowed-origin)."""
-    server = HttpGateway(workspace, "--host", "0.0.0.0", "--allow-remote")
-    try:
+    with HttpGateway(workspace, "--host", "0.0.0.0", "--allow-remote") as server:
         evil = f"evil.example:{server.port}"
         codes = status_codes(
             server.url,
@@ -165,32 +161,26 @@ def test_a_remote_gateway_refuses_a_web_page_of_another_origin(workspace: Path) 
             {"Host": evil},
             {"Origin": f"http://0.0.0.0:{server.port}"},
         )
-    finally:
-        assert server.stop() == 0, "".join(server.stderr)
     assert codes == [403, 403, 403, 403, 200, 200, 200, 403]
 
 
 def test_an_allowed_origin_is_served_by_a_remote_gateway(workspace: Path) -> None:
-    server = HttpGateway(
+    with HttpGateway(
         workspace, "--host", "0.0.0.0", "--allow-remote", "--allowed-origin", "https://app.example"
-    )
-    try:
+    ) as server:
         codes = status_codes(
             server.url,
             {"Origin": "https://app.example"},
             {"Origin": "https://app.example.evil"},
             {"Origin": "https://app.example:8443"},
         )
-    finally:
-        assert server.stop() == 0, "".join(server.stderr)
     assert codes == [200, 403, 403, 200]
 
 
 def test_allowed_hosts_make_a_remote_gateway_check_the_host(workspace: Path) -> None:
-    server = HttpGateway(
+    with HttpGateway(
         workspace, "--host", "0.0.0.0", "--allow-remote", "--allowed-host", "mcp.example:*"
-    )
-    try:
+    ) as server:
         codes = status_codes(
             server.url,
             {"Host": f"evil.example:{server.port}"},
@@ -198,8 +188,6 @@ def test_allowed_hosts_make_a_remote_gateway_check_the_host(workspace: Path) -> 
             {"Host": f"mcp.example:{server.port}"},
             {"Host": f"0.0.0.0:{server.port}"},
         )
-    finally:
-        assert server.stop() == 0, "".join(server.stderr)
     assert codes == [421, 421, 200, 200, 421]
 
 
@@ -220,10 +208,9 @@ def test_loopback_names_are_taken_without_a_port(gateway: HttpGateway) -> None:
 
 def test_an_allowed_host_and_origin_are_served_on_loopback_too(workspace: Path) -> None:
     """A reverse proxy on this machine forwards its own Host, a web app its Origin."""
-    server = HttpGateway(
+    with HttpGateway(
         workspace, "--allowed-host", "MCP.Example", "--allowed-origin", "https://app.example:8443"
-    )
-    try:
+    ) as server:
         codes = status_codes(
             server.url,
             {"Host": "mcp.example"},
@@ -231,8 +218,6 @@ def test_an_allowed_host_and_origin_are_served_on_loopback_too(workspace: Path) 
             {"Origin": "https://app.example:8443"},
             {"Origin": "https://app.example"},
         )
-    finally:
-        assert server.stop() == 0, "".join(server.stderr)
     assert codes == [200, 421, 200, 403, 200]
 
 
@@ -333,23 +318,22 @@ async def come_and_go(http: httpx.AsyncClient, url: str, count: int) -> None:
 def test_a_live_session_keeps_its_run_while_hundreds_come_and_go(tmp_path: Path) -> None:
     """Its budget (two calls) stays spent: the session was not moved to a new run."""
     workspace = make_workspace(tmp_path / "ws", CONFIG + "\n[budget]\nmax_calls = 2\n")
-    server = HttpGateway(workspace)
-    call = {"name": "repo.search", "arguments": {"query": "greet"}}
+    with HttpGateway(workspace) as server:
+        call = {"name": "repo.search", "arguments": {"query": "greet"}}
 
-    async def main() -> list[dict[str, Any]]:
-        with anyio.fail_after(WAIT_S * 4):
-            async with httpx.AsyncClient(timeout=WAIT_S) as http:
-                url = server.url
-                mine = (await open_session(http, url)).headers["mcp-session-id"]
-                results = [await in_session(http, url, mine, "tools/call", call) for _ in range(2)]
-                await come_and_go(http, url, 300)
-                results.append(await in_session(http, url, mine, "tools/call", call))
-                return results
+        async def main() -> list[dict[str, Any]]:
+            with anyio.fail_after(WAIT_S * 4):
+                async with httpx.AsyncClient(timeout=WAIT_S) as http:
+                    url = server.url
+                    mine = (await open_session(http, url)).headers["mcp-session-id"]
+                    results = [
+                        await in_session(http, url, mine, "tools/call", call) for _ in range(2)
+                    ]
+                    await come_and_go(http, url, 300)
+                    results.append(await in_session(http, url, mine, "tools/call", call))
+                    return results
 
-    try:
         results = anyio.run(main)
-    finally:
-        assert server.stop() == 0, "".join(server.stderr)
     assert len({run_of(r) for r in results}) == 1
     assert [projection(r)["status"] for r in results] == [
         Status.SUCCEEDED,
@@ -465,26 +449,7 @@ def test_arguments_that_are_not_an_object_are_a_recorded_tool_error_over_stdio(
     sent = "".join(json.dumps(line) + "\n" for line in [*RAW_HANDSHAKE, *calls])
     expected = {call["id"] for call in calls}
 
-    async def main() -> dict[int, dict[str, Any]]:
-        params = stdio_params(workspace)
-        with anyio.fail_after(WAIT_S):
-            async with await anyio.open_process(
-                [params.command, *params.args], env=params.env, cwd=params.cwd
-            ) as process:
-                assert process.stdin is not None
-                assert process.stdout is not None
-                await process.stdin.send(sent.encode())
-                buffered = b""
-                async for chunk in process.stdout:
-                    buffered += chunk
-                    lines = buffered.split(b"\n")[:-1]  # whole lines only
-                    answers = {m.get("id"): m for m in map(json.loads, lines) if "id" in m}
-                    if expected <= answers.keys():
-                        await process.stdin.aclose()
-                        return answers
-        raise AssertionError("no answer to the calls")
-
-    answers = anyio.run(main)
+    answers = anyio.run(stdio_answers, workspace, sent, expected)
     ordered = [answers[call["id"]] for call in calls]
     assert_refused_and_recorded(workspace, run_of(ordered[0]), ordered)
 

@@ -31,6 +31,7 @@ from gateway_harness import (
     ledger_events,
     make_workspace,
     server_env,
+    stdio_answers,
     stdio_client,
     stdio_params,
     wait_for_result,
@@ -394,7 +395,7 @@ def test_a_lone_surrogate_in_the_arguments_gets_an_answer(workspace: Path) -> No
     sent += f'{{"jsonrpc":"2.0","id":4,"method":"ping","params":{{"x":{deep}}}}}\n'
     sent += '{"jsonrpc":"2.0","id":5,"method":"ping"}\n'
 
-    answers = anyio.run(_answers_to, workspace, sent, {2, 3, 5})
+    answers = anyio.run(stdio_answers, workspace, sent, {2, 3, 5})
     assert answers[2]["error"]["code"] == types.INVALID_REQUEST
     assert "could not be read" in answers[2]["error"]["message"]
     assert answers[3]["result"]["isError"] is False
@@ -419,35 +420,12 @@ def test_requests_too_deep_or_too_long_for_json_readers_get_an_answer(workspace:
         '{"jsonrpc":"2.0","method":"ping","params":{"x":"a\\qb","y":"a\tb"},"id":6}\n'
         '{"jsonrpc":"2.0","id":5,"method":"ping"}\n'
     )
-    answers = anyio.run(_answers_to, workspace, sent, {2, 3, "four", 5, 6})
+    answers = anyio.run(stdio_answers, workspace, sent, {2, 3, "four", 5, 6})
     for request_id in (2, 3, "four", 6):
         assert answers[request_id]["error"]["code"] == types.INVALID_REQUEST
         assert "could not be read" in answers[request_id]["error"]["message"]
     assert 99 not in answers
     assert "result" in answers[5]  # still serving
-
-
-async def _answers_to(
-    workspace: Path, sent: str, expected: set[int | str]
-) -> dict[int | str, dict[str, Any]]:
-    """The gateway's answers to the raw lines ``sent``, once ``expected`` are all in."""
-    params = stdio_params(workspace)
-    with anyio.fail_after(WAIT_S):
-        async with await anyio.open_process(
-            [params.command, *params.args], env=params.env, cwd=params.cwd
-        ) as process:
-            assert process.stdin is not None
-            assert process.stdout is not None
-            await process.stdin.send(sent.encode())
-            buffered = b""
-            async for chunk in process.stdout:
-                buffered += chunk
-                lines = buffered.split(b"\n")[:-1]  # whole lines only
-                answers = {m.get("id"): m for m in map(json.loads, lines) if "id" in m}
-                if expected <= answers.keys():
-                    await process.stdin.aclose()
-                    return answers
-    raise AssertionError("no answer to the requests")
 
 
 def test_a_client_that_closes_stdout_stops_the_gateway_cleanly(workspace: Path) -> None:

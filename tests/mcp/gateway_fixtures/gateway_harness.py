@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import re
@@ -178,6 +179,15 @@ class HttpGateway:
             if found:
                 return found.group(1)
 
+    def __enter__(self) -> HttpGateway:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Stop the server; it must exit cleanly (code 0)."""
+        code = self.stop()
+        if exc[0] is None:
+            assert code == 0, "".join(self.stderr)
+
     def stop(self) -> int:
         self.process.terminate()
         try:
@@ -191,3 +201,27 @@ class HttpGateway:
         while not self.lines.empty():
             self.stderr.append(self.lines.get_nowait())
         return code
+
+
+async def stdio_answers(
+    workspace: Path, sent: str, expected: set[int | str]
+) -> dict[int | str, dict[str, Any]]:
+    """The stdio gateway's answers to the raw lines ``sent``, once ``expected`` (request
+    ids) are all in."""
+    params = stdio_params(workspace)
+    with anyio.fail_after(WAIT_S):
+        async with await anyio.open_process(
+            [params.command, *params.args], env=params.env, cwd=params.cwd
+        ) as process:
+            assert process.stdin is not None
+            assert process.stdout is not None
+            await process.stdin.send(sent.encode())
+            buffered = b""
+            async for chunk in process.stdout:
+                buffered += chunk
+                lines = buffered.split(b"\n")[:-1]  # whole lines only
+                answers = {m.get("id"): m for m in map(json.loads, lines) if "id" in m}
+                if expected <= answers.keys():
+                    await process.stdin.aclose()
+                    return answers
+    raise AssertionError("no answer to the requests")
