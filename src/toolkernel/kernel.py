@@ -1404,16 +1404,14 @@ def _storable(call: ToolCall) -> ToolCall:
     changes = {}
     for name in _TEXT_FIELDS:
         text = getattr(call, name)
-        if text is not None and not isinstance(text, str):
+        if text is None:
+            continue
+        if not isinstance(text, str):
             # The caller's mistake, not the model's: nothing is recorded or run.
             raise TypeError(f"ToolCall.{name} must be a string, not {type(text).__name__}")
-        if isinstance(text, str) and "\0" in text:  # no database text holds NUL
-            text = changes[name] = text.replace("\0", "\\x00")
-        if isinstance(text, str) and not text.isascii():
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError:
-                changes[name] = utf8_text(text)
+        stored = utf8_text(text.replace("\0", "\\x00"))  # no database text holds NUL
+        if stored != text:
+            changes[name] = stored
     return replace(call, **changes) if changes else call
 
 
