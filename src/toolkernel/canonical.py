@@ -26,7 +26,7 @@ from typing import Any, Final
 
 import orjson
 
-__all__ = ["canonical_json", "sha256_hex", "sha256_of", "utf8_text"]
+__all__ = ["canonical_json", "plain_json", "sha256_hex", "sha256_of", "utf8_text"]
 
 _ENCODER: Final = json.JSONEncoder(
     ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
@@ -75,6 +75,22 @@ def canonical_json(value: Any) -> bytes:
         if not _odd_float(fast) and _same(orjson.loads(fast), value):
             return fast
     return _ENCODER.encode(value).encode("utf-8")
+
+
+def plain_json(value: Any) -> bytes:
+    """:func:`canonical_json` of a value known to hold only plain JSON data: one the
+    runtime built itself from parts that went through :func:`canonical_json` already (a
+    call's checked arguments, its normalized output). The check that the fast encoder
+    read every value as the standard one would is skipped; floats are still spelled the
+    standard way, and what the fast encoder refuses still gets the standard bytes or
+    error. Given a value that is not plain JSON, it may encode what
+    :func:`canonical_json` refuses (NaN or infinity as ``null``, an enum as its value).
+    """
+    try:
+        fast = orjson.dumps(value, default=_refuse, option=_FAST_OPTIONS)
+    except TypeError:
+        return canonical_json(value)
+    return _ENCODER.encode(value).encode("utf-8") if _odd_float(fast) else fast
 
 
 def _same(decoded: Any, value: Any) -> bool:

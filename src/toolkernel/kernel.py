@@ -236,7 +236,7 @@ class _Journal:
             result = ToolCallResult.from_code(call_id, code, tool=request.tool_name)
             payload = _result_payload(request, result, request.tool_version)
             payload["internal"] = {"interrupted": type(exc).__name__}
-            self.write([NewEvent(EventType.TOOL_CALL_RESULT, payload, call_id)])
+            self.write([NewEvent(EventType.TOOL_CALL_RESULT, payload, call_id, plain=True)])
         for request, entry in self.held:
             if not entry.settled.is_set():
                 result = ToolCallResult.from_code(
@@ -699,7 +699,11 @@ class Kernel:
         """REQUEST → lookup → parse → validate → idempotency → authorize → approval → STARTED."""
         received_ns = time.time_ns()
         request, rejected = self._request(run, call)
-        events = [NewEvent(EventType.TOOL_CALL_REQUEST, request.to_dict(), request.tool_call_id)]
+        events = [
+            NewEvent(
+                EventType.TOOL_CALL_REQUEST, request.to_dict(), request.tool_call_id, plain=True
+            )
+        ]
         self._received[(run.id, request.tool_call_id)] = received_ns
         journal.call_ids.append(request.tool_call_id)
         run.proposed(request.tool_call_id)
@@ -761,6 +765,7 @@ class Kernel:
                     "startedAt": started_at,
                 },
                 call_id,
+                plain=True,
             )
         )
         journal.write(events)
@@ -792,6 +797,7 @@ class Kernel:
                         EventType.TOOL_CALL_PROGRESS,
                         {"progress": number, "total": total, "message": message},
                         call_id,
+                        plain=True,
                     )
                 )
             else:
@@ -883,7 +889,13 @@ class Kernel:
             payload["internal"] = _utf8(outcome.internal)
         events = [
             *admitted.progress,
-            NewEvent(EventType.TOOL_CALL_RESULT, payload, request.tool_call_id, index_key=index),
+            NewEvent(
+                EventType.TOOL_CALL_RESULT,
+                payload,
+                request.tool_call_id,
+                index_key=index,
+                plain=True,
+            ),
         ]
         # Not recorded under the key (cancelled, timed out): the next call runs anew.
         _settle(self._inflight, request, admitted.inflight, result, release=index is None)
@@ -1051,7 +1063,9 @@ class Kernel:
             notices = tuple(redaction_notices(counts, "safeMessage"))
             result = result.with_(safe_message=message, redactions=notices)
         payload = _result_payload(request, result, request.tool_version)
-        events.append(NewEvent(EventType.TOOL_CALL_RESULT, payload, request.tool_call_id))
+        events.append(
+            NewEvent(EventType.TOOL_CALL_RESULT, payload, request.tool_call_id, plain=True)
+        )
         journal.write(events)
         _settle(self._inflight, request, inflight, result)
         self._finished(request, result, request.tool_version, received_ns)
@@ -1101,7 +1115,11 @@ class Kernel:
             ErrorCode.DUPLICATE_CALL_ID,
             id=safe_field(request.tool_call_id),
         )
-        events = [NewEvent(EventType.TOOL_CALL_REQUEST, request.to_dict(), request.tool_call_id)]
+        events = [
+            NewEvent(
+                EventType.TOOL_CALL_REQUEST, request.to_dict(), request.tool_call_id, plain=True
+            )
+        ]
         return self._refuse(journal, request, events, result, received_ns=received_ns)
 
     def _share(
@@ -1114,7 +1132,9 @@ class Kernel:
         result = shared.with_(tool_call_id=dup.request.tool_call_id)
         payload = _result_payload(dup.request, result, dup.request.tool_version)
         payload["sharedWith"] = shared.tool_call_id
-        journal.write([NewEvent(EventType.TOOL_CALL_RESULT, payload, dup.request.tool_call_id)])
+        journal.write(
+            [NewEvent(EventType.TOOL_CALL_RESULT, payload, dup.request.tool_call_id, plain=True)]
+        )
         self._finished(dup.request, result, dup.request.tool_version)
         return result
 
@@ -1196,7 +1216,7 @@ class Kernel:
         result = stored.with_(tool_call_id=call_id)
         payload = _result_payload(request, result, request.tool_version)
         payload["replayedFrom"] = {"runId": recorded.run_id, "seq": recorded.seq}
-        events.append(NewEvent(EventType.TOOL_CALL_RESULT, payload, call_id))
+        events.append(NewEvent(EventType.TOOL_CALL_RESULT, payload, call_id, plain=True))
         journal.write(events)
         _settle(self._inflight, request, entry, result)
         self._finished(request, result, request.tool_version)

@@ -74,12 +74,16 @@ class NewEvent:
         index_key: ``(tool name, idempotency key)``: makes the stored event findable
             with :meth:`Ledger.find_indexed`. The first event stored under a key keeps
             it.
+        plain: The payload holds only plain JSON data (the kernel built it from checked
+            parts), so backends encode it with :func:`~toolkernel.canonical.plain_json`
+            and skip checking its types again.
     """
 
     type: EventType
     payload: Mapping[str, Any]
     tool_call_id: str | None = None
     index_key: tuple[str, str] | None = None
+    plain: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.errors import UniqueViolation
 
 from toolkernel.calls import timestamp
-from toolkernel.canonical import canonical_json
+from toolkernel.canonical import canonical_json, plain_json
 from toolkernel.errors import LedgerMissing
 from toolkernel.ledger.base import (
     GENESIS_HASH,
@@ -670,7 +670,7 @@ def _prepare(event: NewEvent) -> Prepared:
     return (
         EventType(event.type),
         event.tool_call_id,
-        canonical_json(event.payload),
+        plain_json(event.payload) if event.plain else canonical_json(event.payload),
         event.index_key,
     )
 

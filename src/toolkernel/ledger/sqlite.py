@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from toolkernel.calls import timestamp
-from toolkernel.canonical import canonical_json
+from toolkernel.canonical import canonical_json, plain_json
 from toolkernel.ledger.base import (
     GENESIS_HASH,
     Event,
@@ -617,7 +617,7 @@ def _prepare(events: Iterable[NewEvent]) -> list[Prepared]:
         (
             e.type if e.type.__class__ is EventType else EventType(e.type),
             e.tool_call_id,
-            canonical_json(e.payload),
+            plain_json(e.payload) if e.plain else canonical_json(e.payload),
             e.index_key,
         )
         for e in events
