@@ -271,3 +271,41 @@ def test_output_the_cap_cut_before_ripgreps_summary_is_counted_not_guessed(tmp_p
         store, ref, len(stored), [], forbidden=lambda _: False, keep=2, producer="call_1"
     )
     assert (len(found.matches), found.total, found.files) == (2, 6, 2)
+
+
+def test_a_match_line_the_cap_cut_short_is_counted_not_read(tmp_path):
+    """A file with one line longer than the output cap: the matches before it come back,
+    the cut line is counted (the tool used to fail with JSONDecodeError)."""
+    from toolkernel.artifacts import ArtifactStore
+    from toolkernel.tools.search import _collect
+
+    begin = b'{"type":"begin","data":{"path":{"text":"./small.txt"}}}\n'
+    match = (
+        b'{"type":"match","data":{"path":{"text":"./small.txt"},"lines":{"text":"NEEDLE\\n"},'
+        b'"line_number":1,"submatches":[{"match":{"text":"NEEDLE"},"start":0,"end":6}]}}\n'
+    )
+    cut = b'{"type":"match","data":{"path":{"text":"./big.txt"},"lines":{"text":"NEEDLE xxxx'
+    stored = begin + match + begin.replace(b"small", b"big") + cut
+    store = ArtifactStore(tmp_path)
+    ref = store.put(stored, media_type="application/x-ndjson", producer="call_1")
+    found = _collect(
+        store, ref, len(stored), [], forbidden=lambda _: False, keep=50, producer="call_1"
+    )
+    assert [m["path"] for m in found.matches] == ["small.txt"]
+    assert (found.total, found.files) == (2, 2)
+
+
+async def test_a_file_with_a_line_past_the_output_cap_does_not_fail_the_search(tmp_path):
+    (tmp_path / "big.txt").write_bytes(b"NEEDLE " + b"x" * 200_000 + b"\n")
+    (tmp_path / "small.txt").write_text("NEEDLE here\n")
+    kernel = make_kernel(
+        tmp_path, "[sandbox.limits]\nmax_output_bytes = 100000\n", workspace_tools=False
+    )
+    assert install(kernel) is not None
+    try:
+        result = await search(kernel, query="NEEDLE", pathGlobs=["*.txt"])
+    finally:
+        kernel.close()
+    # Which file ripgrep reaches first varies; what matters is an answer, marked cut.
+    assert result.status in (Status.SUCCEEDED, Status.PARTIAL), result.safe_message
+    assert result.structured_output["truncated"] is True

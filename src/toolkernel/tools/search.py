@@ -297,7 +297,9 @@ def _forbidden_begin(line: bytes, forbidden: Callable[[str], bool]) -> bool:
 
 def _matches(handle: BinaryIO) -> Iterator[dict[str, Any]]:
     for raw in handle:
-        if raw.startswith(b'{"type":"match"'):
+        # A line without its newline is the one the output cap cut short (a file with
+        # one enormous line): it is counted, not read.
+        if raw.startswith(b'{"type":"match"') and raw.endswith(b"\n"):
             yield _match(json.loads(raw)["data"])
 
 
