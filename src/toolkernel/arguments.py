@@ -105,9 +105,11 @@ def _from_mapping(
         return ArgumentsRejected(ErrorCode.ARGUMENTS_INVALID_UTF8, {}, "")
     except RecursionError:  # nested deeper than Python can walk
         return ArgumentsRejected(ErrorCode.NESTING_TOO_DEEP, {"limit": max_depth}, "")
-    except ValueError as exc:  # NaN or Infinity, or a cycle (infinitely deep)
+    except ValueError as exc:  # NaN or Infinity, a cycle, an integer past 4300 digits
         if "Circular reference" in str(exc):
             return ArgumentsRejected(ErrorCode.NESTING_TOO_DEEP, {"limit": max_depth}, "")
+        if "digits" in str(exc):  # Python's own limit on writing an integer
+            return ArgumentsRejected(ErrorCode.NUMBER_TOO_LARGE, {"limit": MAX_NUMBER_DIGITS}, "")
         return ArgumentsRejected(ErrorCode.NON_FINITE_NUMBER, {}, "")
     except TypeError as exc:  # a value JSON cannot carry (a set, bytes, an object)
         detail = f"{_kind_of_unencodable(exc)} is not a JSON value"
@@ -115,6 +117,10 @@ def _from_mapping(
     raw_hash = sha256_hex(encoded)
     if len(encoded) > max_bytes:
         return ArgumentsRejected(ErrorCode.ARGUMENTS_TOO_LARGE, {"limit": max_bytes}, raw_hash)
+    # Decoded arguments (Anthropic's input) are held to the digit limit that parsing
+    # text applies; only a run of that many digits (in a string, or not) is looked into.
+    if _LONG_DIGITS.search(encoded) and _has_long_int(value, max_depth):
+        return ArgumentsRejected(ErrorCode.NUMBER_TOO_LARGE, {"limit": MAX_NUMBER_DIGITS}, raw_hash)
     # The depth cannot exceed the number of openers, which is cheap to count.
     if (
         encoded.count(b"{") + encoded.count(b"[") > max_depth
@@ -122,6 +128,23 @@ def _from_mapping(
     ):
         return ArgumentsRejected(ErrorCode.NESTING_TOO_DEEP, {"limit": max_depth}, raw_hash)
     return ParsedArguments(value, raw_hash)
+
+
+_LONG_DIGITS: Final = re.compile(rb"[0-9]{%d}" % (MAX_NUMBER_DIGITS + 1))
+_LIMIT: Final = 10**MAX_NUMBER_DIGITS
+
+
+def _has_long_int(value: Any, depth: int) -> bool:
+    """Whether ``value`` holds an integer of more than ``MAX_NUMBER_DIGITS`` digits."""
+    if type(value) is int:
+        return abs(value) >= _LIMIT
+    if depth < 0:
+        return False
+    if isinstance(value, dict):
+        return any(_has_long_int(item, depth - 1) for item in value.values())
+    if isinstance(value, list | tuple):
+        return any(_has_long_int(item, depth - 1) for item in value)
+    return False
 
 
 def _kind_of_unencodable(exc: TypeError) -> str:

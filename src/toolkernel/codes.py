@@ -159,8 +159,8 @@ CATALOG: Final[dict[ErrorCode, CodeInfo]] = {
     ErrorCode.NUMBER_TOO_LARGE: CodeInfo(
         _IA,
         False,
-        "The arguments for {tool} contain a number with too many digits. "
-        "Send numbers of at most {limit} digits.",
+        "The arguments for {tool} contain a number too large to use. "
+        "Send numbers of at most {limit} digits, within a 64-bit float's range.",
     ),
     ErrorCode.NESTING_TOO_DEEP: CodeInfo(
         _IA,

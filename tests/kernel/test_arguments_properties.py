@@ -105,3 +105,32 @@ def test_lone_surrogates_are_refused_as_text_and_as_mappings(value):
             assert outcome.code is ErrorCode.ARGUMENTS_INVALID_UTF8
         else:
             assert isinstance(outcome, ParsedArguments)
+
+
+@settings(max_examples=300)
+@given(json_values, st.integers(min_value=0, max_value=400))
+def test_a_number_gets_the_same_verdict_as_text_and_as_a_decoded_mapping(value, digits):
+    """OpenAI sends arguments as text, Anthropic as decoded input: the same proposal is
+    refused or accepted alike, an integer past the digit limit included."""
+    arguments = {"value": value, "n": int("7" * digits) if digits else 0}
+    as_text = parse_arguments(json.dumps(arguments))
+    as_mapping = parse_arguments(arguments)
+    assert type(as_text) is type(as_mapping)
+    if isinstance(as_text, ArgumentsRejected):
+        assert isinstance(as_mapping, ArgumentsRejected)
+        assert as_mapping.code == as_text.code
+    elif digits > 100:
+        raise AssertionError("an integer past the digit limit was accepted")
+
+
+def test_an_integer_past_pythons_own_limit_is_too_large_not_infinite():
+    rejected = parse_arguments({"x": 10**5000})
+    assert isinstance(rejected, ArgumentsRejected)
+    assert rejected.code is ErrorCode.NUMBER_TOO_LARGE
+
+
+def test_a_float_beyond_the_64_bit_range_is_named_so():
+    rejected = parse_arguments('{"x": 1e400}')
+    assert isinstance(rejected, ArgumentsRejected)
+    assert rejected.code is ErrorCode.NUMBER_TOO_LARGE
+    assert "64-bit float" in CATALOG[rejected.code].template
