@@ -9,7 +9,8 @@ in the ledger and note it in the projection:
 
 - values the runtime knows to be secret (``add_secret``), also base64 and URL-encoded;
 - secrets found by pattern and entropy (``toolkernel.secrets``): provider token
-  formats, private keys, JWTs, credentials in assignments, URLs and command lines;
+  formats, private keys (also lines of a key's body read without its BEGIN line),
+  JWTs, credentials in assignments, URLs and command lines;
 - raw stack traces (Python, Java, Node), replaced by ``[stack trace withheld: N frames]``;
 - host paths: the workspace's absolute location becomes workspace-relative, any other
   absolute path becomes ``<host-path>``.
@@ -102,6 +103,18 @@ _TRACE_HEADER: Final = "Traceback (most recent call last):"
 # --- secrets by pattern ---------------------------------------------------------------
 
 _PRIVATE_KEY_ANCHORS: Final = ("-----BEGIN", "LS0tLS1CRUdJT")
+# A private key's body read without its BEGIN line (some of a file's lines, a search
+# hit, ``sed -n 3,8p``) is still the key: lines of nothing but base64, at the widths
+# keys are written in (64 characters for PEM, 70 for OpenSSH), holding upper and lower
+# case letters and digits, as random key bytes do and a hex digest or a word does not.
+# A run of 64 base64 characters, found with ``bytes.translate``, is where to look.
+_BASE64_CHARS: Final = string.ascii_letters + string.digits + "+/"
+_BASE64_TABLE: Final = bytes(1 if chr(b) in _BASE64_CHARS else 0 for b in range(256))
+_KEY_WIDTH: Final = 64
+_KEY_RUN: Final = b"\x01" * _KEY_WIDTH
+_KEY_LINE: Final = re.compile(r"[ \t]*([A-Za-z0-9+/]{70}|[A-Za-z0-9+/]{64})[ \t]*\r?")
+_KEY_LAST_LINE: Final = re.compile(r"[ \t]*[A-Za-z0-9+/]{4,69}={0,2}[ \t]*\r?")
+_PLAIN_KEY_RUN: Final = re.compile(f"[{re.escape(_BASE64_CHARS)}]{{{_KEY_WIDTH}}}")
 # Every secret rule starts at a trigger: a keyword (searched in the lower-cased text,
 # with the offset from the trigger to where the rule starts), or the start of a long
 # run of token characters (provider tokens, JWTs, high-entropy values).
@@ -174,6 +187,8 @@ def _is_plain(text: str) -> bool:
     for anchor in _PLAIN_ANCHORS:
         if anchor in text:
             return False
+    if len(text) >= _KEY_WIDTH and _PLAIN_KEY_RUN.search(text) is not None:
+        return False
     return len(text) < _RUN_LENGTH or _PLAIN_RUN.search(text) is None
 
 
@@ -573,8 +588,55 @@ def _private_key_spans(text: str) -> list[_Replacement]:
             if hit is not None:
                 found.append(hit)
             at = text.find(anchor, at + 1 if hit is None else hit[1])
+    found += _key_body_spans(text)
     found.sort()
     return found
+
+
+def _key_body_spans(text: str) -> list[_Replacement]:
+    """Runs of consecutive key-body lines (with the shorter line that ends a key), each
+    a span; a whole key block found from its anchor covers those inside it."""
+    runs = text.encode("latin-1", "replace").translate(_BASE64_TABLE)
+    found: list[_Replacement] = []
+    block: list[int] = []  # start and end of the current run of key lines
+    at = runs.find(_KEY_RUN)
+    while at != -1:
+        start = text.rfind("\n", 0, at) + 1
+        end = text.find("\n", at)
+        end = len(text) if end == -1 else end
+        line = _KEY_LINE.fullmatch(text, start, end)
+        if line is not None and _random_looking(line.group(1)):
+            if block and block[1] + 1 == start:
+                block[1] = end
+            else:
+                if block:
+                    found.append(_key_block(text, *block))
+                block = [start, end]
+        at = runs.find(_KEY_RUN, end)
+    if block:
+        found.append(_key_block(text, *block))
+    return found
+
+
+def _key_block(text: str, start: int, end: int) -> _Replacement:
+    """The span of key lines ``start:end``, with the short last line of the key if one
+    follows: base64 that is padded, looks random, or comes right before the END line
+    (not a word such as "done")."""
+    if end < len(text):
+        after = text.find("\n", end + 1)
+        after = len(text) if after == -1 else after
+        last = _KEY_LAST_LINE.fullmatch(text, end + 1, after)
+        if last is not None and (
+            last.group().rstrip().endswith("=")
+            or _random_looking(last.group())
+            or text.startswith("-----END", after + 1)
+        ):
+            end = after
+    return (start, end, "private-key")
+
+
+def _random_looking(line: str) -> bool:
+    return line.lower() != line and line.upper() != line and any(c.isdigit() for c in line)
 
 
 def _mask_secrets(text: str, counts: Counter[str]) -> str:
