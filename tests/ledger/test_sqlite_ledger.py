@@ -307,3 +307,24 @@ def test_a_dangling_link_where_the_ledger_goes_is_named_as_such(tmp_path: Path) 
     path.symlink_to(tmp_path / "gone" / "ledger.db")
     with pytest.raises(LedgerError, match=r"is a symbolic link to .*gone/ledger\.db, which does"):
         SqliteLedger(path)
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_a_ledger_file_deleted_or_replaced_while_open_refuses_appends(tmp_path, how):
+    """SQLite would keep writing to the unlinked file: every later event lost unseen."""
+    path = tmp_path / "ledger.db"
+    ledger = SqliteLedger(path)
+    try:
+        ledger.append("run_1", [NewEvent(EventType.TOOL_CALL_REQUEST, {"n": 1}, "call_1")])
+        for file in tmp_path.glob("ledger.db*"):
+            file.unlink()
+        if how == "replaced":
+            other = SqliteLedger(tmp_path / "other.db")
+            other.close()
+            (tmp_path / "other.db").rename(path)
+        with pytest.raises(LedgerError, match="deleted or replaced"):
+            ledger.append("run_1", [NewEvent(EventType.TOOL_CALL_RESULT, {"n": 2}, "call_1")])
+        with pytest.raises(LedgerError, match="deleted or replaced"):
+            ledger.claim_key("t", "k", "owner", 10.0)
+    finally:
+        ledger.close()

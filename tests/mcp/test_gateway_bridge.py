@@ -235,3 +235,29 @@ def test_a_call_the_ledger_cannot_record_is_a_tool_error_not_a_protocol_error(
     logged = [r.getMessage() for r in caplog.records if "could not be recorded" in r.getMessage()]
     assert len(logged) == 2
     assert not any("\x1b" in line for line in logged)  # a client's tool name, escaped
+
+
+def test_a_ledger_file_deleted_while_serving_fails_calls_instead_of_losing_them(
+    tmp_path: Path,
+) -> None:
+    """SQLite goes on writing to an unlinked file: the calls after a deletion succeeded
+    and were recorded nowhere. Now each is answered LEDGER_UNAVAILABLE."""
+    path = tmp_path / "ledger.db"
+    kernel = make_kernel(
+        tmp_path / "ws", OPEN_POLICY, ledger=SqliteLedger(path), workspace_tools=False
+    )
+
+    async def main() -> tuple[Any, Any]:
+        async with Client(build_server(kernel, Gateway(kernel)), mode="legacy") as client:
+            before = await client.call_tool("memory.read", {})
+            for file in tmp_path.glob("ledger.db*"):
+                file.unlink()
+            return before, await client.call_tool("memory.read", {})
+
+    try:
+        before, after = anyio.run(main)
+    finally:
+        kernel.close()
+    assert before.is_error is False
+    assert after.is_error is True
+    assert after.meta[PROJECTION_META]["errorCode"] == ErrorCode.LEDGER_UNAVAILABLE

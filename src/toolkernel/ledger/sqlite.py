@@ -196,6 +196,16 @@ class SqliteLedger(Ledger):
             )
             # One cursor for every append (under the lock), not a new one per statement.
             self._cursor = self._conn.cursor()
+            # The file as opened, to notice it deleted or replaced while we write to it:
+            # SQLite would go on writing to the unlinked file, and every later event
+            # would be lost without a word.
+            self._file: int | None = None
+            if not read_only:
+                try:
+                    self._file = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
+                except OSError:
+                    self._conn.close()
+                    raise
 
     @property
     def path(self) -> Path:
@@ -244,7 +254,7 @@ class SqliteLedger(Ledger):
             return
         at = timestamp()
         with self._lock:
-            conn = self._live()
+            conn = self._writable()
             cursor = self._cursor
             heads: dict[str, Head] = {}
             try:
@@ -267,7 +277,7 @@ class SqliteLedger(Ledger):
         """Chain ``prepared`` onto the run's head and commit it; the time and rows stored."""
         at = timestamp()
         with self._lock:
-            conn = self._live()
+            conn = self._writable()
             cursor = self._cursor
             try:
                 cursor.execute("BEGIN IMMEDIATE")
@@ -353,7 +363,7 @@ class SqliteLedger(Ledger):
         """
         now = time.time()
         with self._lock, self._translate("claim a key in"):
-            taken = self._live().execute(_CLAIM, (tool_name, key, owner, now + lease_s, now))
+            taken = self._writable().execute(_CLAIM, (tool_name, key, owner, now + lease_s, now))
             return taken.rowcount == 1
 
     def renew_key(self, tool_name: str, key: str, owner: str, lease_s: float) -> bool:
@@ -363,7 +373,9 @@ class SqliteLedger(Ledger):
             LedgerError: the lease could not be extended.
         """
         with self._lock, self._translate("renew a key in"):
-            renewed = self._live().execute(_RENEW, (time.time() + lease_s, tool_name, key, owner))
+            renewed = self._writable().execute(
+                _RENEW, (time.time() + lease_s, tool_name, key, owner)
+            )
             return renewed.rowcount == 1
 
     def release_key(self, tool_name: str, key: str, owner: str) -> None:
@@ -373,7 +385,7 @@ class SqliteLedger(Ledger):
             LedgerError: the claim could not be removed.
         """
         with self._lock, self._translate("release a key in"):
-            self._live().execute(_RELEASE, (tool_name, key, owner))
+            self._writable().execute(_RELEASE, (tool_name, key, owner))
 
     def verify(self, run_id: str | None = None) -> VerifyReport:
         """Check the chain and head of one run, or of every run.
@@ -402,7 +414,10 @@ class SqliteLedger(Ledger):
         """Close the database connection. Closing twice is harmless."""
         with self._lock:
             conn, self._conn = self._conn, None
+            file, self._file = self._file, None
             self._heads.clear()
+            if file is not None:
+                os.close(file)
             if conn is not None:
                 with self._translate("close"):
                     conn.close()
@@ -411,6 +426,17 @@ class SqliteLedger(Ledger):
         if self._conn is None:
             raise LedgerError(f"the ledger at {self._path} is closed")
         return self._conn
+
+    def _writable(self) -> sqlite3.Connection:
+        """The connection, for a write: refused when the file was deleted or replaced
+        (renamed over) since it was opened, as nothing written would be kept."""
+        conn = self._live()
+        if self._file is not None and os.fstat(self._file).st_nlink == 0:
+            raise LedgerError(
+                f"the ledger file {self._path} was deleted or replaced while in use: "
+                "nothing more can be recorded in it; restart to open a ledger there again"
+            )
+        return conn
 
     @contextmanager
     def _translate(self, action: str) -> Iterator[None]:
