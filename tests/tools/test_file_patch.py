@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.testing import make_kernel
 from toolkernel.tools import install
-from toolkernel.tools.diffs import apply_unified_diff
+from toolkernel.tools.diffs import PatchError, _git_path, apply_unified_diff, parse_unified_diff
 
 pytestmark = pytest.mark.anyio
 
@@ -169,6 +169,113 @@ async def test_ambiguous_edits_and_bad_arguments_are_rejected(kernel, ws):
     assert (ws / "src" / "app.py").read_text() == ORIGINAL
 
 
+HUNK = "@@ -6 +6 @@\n-    return 1\n+    return 2\n"
+GIT_HEADER = "diff --git a/src/app.py b/src/app.py\nindex 0123abc..4567def 100644\n"
+PLAIN_HEADERS = "--- a/src/app.py\n+++ b/src/app.py\n"
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        pytest.param(
+            "diff --git a/src/app.py b/.env\nsimilarity index 90%\n"
+            "rename from src/app.py\nrename to .env\n",
+            id="rename-to-env",
+        ),
+        pytest.param(
+            "diff --git a/src/app.py b/src/app.py\nrename from src/app.py\nrename to .env\n"
+            + PLAIN_HEADERS,
+            id="rename-lines-under-a-same-path-header",
+        ),
+        pytest.param(
+            "diff --git a/src/app.py b/src/copy.py\nsimilarity index 90%\n"
+            "copy from src/app.py\ncopy to src/copy.py\n" + PLAIN_HEADERS,
+            id="copy",
+        ),
+        pytest.param("diff --git a/src/app.py b/.env\n" + PLAIN_HEADERS, id="git-header-names-env"),
+        pytest.param("diff --git a/src/app.py b/../../x\n", id="git-header-names-traversal"),
+        pytest.param("diff --git a/src/app.py b//etc/passwd\n", id="git-header-names-absolute"),
+        pytest.param(
+            "diff --git a/src/app.py b/src/app.py\ndeleted file mode 100644\n" + PLAIN_HEADERS,
+            id="deleted-file-mode",
+        ),
+        pytest.param("--- a/src/app.py\n+++ /dev/null\n", id="plus-dev-null-deletion"),
+        pytest.param(
+            "diff --git a/src/app.py b/src/app.py\nold mode 100644\nnew mode 100755\n"
+            + PLAIN_HEADERS,
+            id="old-new-mode",
+        ),
+        pytest.param(
+            "diff --git a/src/app.py b/src/app.py\nnew file mode 120000\n" + PLAIN_HEADERS,
+            id="new-symlink-mode",
+        ),
+        pytest.param(
+            "diff --git a/src/app.py b/src/app.py\nindex 0123abc..4567def 100644\n"
+            "GIT binary patch\nliteral 3\nKcmZ>e\n\n",
+            id="git-binary-patch",
+        ),
+        pytest.param(
+            GIT_HEADER + "Binary files a/src/app.py and b/src/app.py differ\n",
+            id="binary-files-differ",
+        ),
+    ],
+)
+async def test_git_headers_that_rename_copy_delete_or_name_another_path_are_refused(
+    kernel, ws, headers
+):
+    before = sorted(p.name for p in ws.rglob("*"))
+    result = await patch(
+        kernel, path="src/app.py", baseHash=sha(ORIGINAL.encode()), diff=headers + HUNK
+    )
+    assert result.status is Status.INVALID_ARGUMENTS
+    assert result.error_code is ErrorCode.SCHEMA_VIOLATION
+    assert (ws / "src" / "app.py").read_text() == ORIGINAL
+    assert sorted(p.name for p in ws.rglob("*")) == before
+
+
+async def test_a_git_header_after_the_hunks_is_refused_too(kernel, ws):
+    diff = GIT_HEADER + PLAIN_HEADERS + HUNK + "diff --git a/src/app.py b/.env\nrename to .env\n"
+    result = await patch(kernel, path="src/app.py", baseHash=sha(ORIGINAL.encode()), diff=diff)
+    assert result.error_code is ErrorCode.SCHEMA_VIOLATION
+    assert (ws / "src" / "app.py").read_text() == ORIGINAL
+
+
+def test_a_diff_git_line_of_many_spaces_is_read_in_one_pass():
+    """The path of ``diff --git a/P b/P`` is found at the middle, not by trying every
+    space: a line of 100,000 spaces took minutes that way."""
+    assert _git_path("a/my file.py b/my file.py") == "my file.py"
+    spaced = "a/x" + " " * 100_000 + "b/y"
+    assert _git_path(spaced) == spaced  # two paths: refused as naming another
+    assert _git_path("a/app.py b/.env") == "a/app.py b/.env"
+
+
+async def test_a_rename_refusal_says_what_is_unsupported_and_what_to_send(kernel):
+    diff = "diff --git a/src/app.py b/.env\nrename from src/app.py\nrename to .env\n" + HUNK
+    result = await patch(kernel, path="src/app.py", baseHash=sha(ORIGINAL.encode()), diff=diff)
+    assert result.error_code is ErrorCode.SCHEMA_VIOLATION
+    assert "rename" in result.safe_message
+    assert "unified diff" in result.safe_message
+
+
+@pytest.mark.parametrize("headers", [GIT_HEADER + PLAIN_HEADERS, GIT_HEADER.split("\n")[0] + "\n"])
+async def test_git_diff_output_for_the_patched_file_still_applies(kernel, ws, headers):
+    result = await patch(
+        kernel, path="src/app.py", baseHash=sha(ORIGINAL.encode()), diff=headers + HUNK
+    )
+    assert result.status is Status.SUCCEEDED, result.safe_message
+    assert (ws / "src" / "app.py").read_text() == ORIGINAL.replace("return 1", "return 2")
+
+
+async def test_a_git_diff_may_create_a_plain_new_file(kernel, ws):
+    diff = (
+        "diff --git a/src/new.py b/src/new.py\nnew file mode 100644\n"
+        "index 0000000..4567def\n--- /dev/null\n+++ b/src/new.py\n@@ -0,0 +1 @@\n+x = 1\n"
+    )
+    result = await patch(kernel, path="src/new.py", diff=diff)
+    assert result.status is Status.SUCCEEDED, result.safe_message
+    assert (ws / "src" / "new.py").read_text() == "x = 1\n"
+
+
 async def test_write_scope_is_enforced_before_dispatch(ws):
     kernel = make_kernel(
         ws, CONFIG + '\n[policy]\nwrite_scope = ["docs/**"]\n', workspace_tools=False
@@ -192,6 +299,69 @@ def test_applying_difflib_output_reproduces_the_new_text(old, new):
     diff = "".join(difflib.unified_diff(old_text.splitlines(True), new_text.splitlines(True)))
     applied, _, _ = apply_unified_diff(old_text, diff) if diff else (old_text, 0, 0)
     assert applied == new_text
+
+
+@given(old=lines, new=lines)
+def test_git_diff_output_parses_to_the_one_path_and_applies(old, new):
+    old_text = "".join(line + "\n" for line in old)
+    new_text = "".join(line + "\n" for line in new)
+    body = "".join(
+        difflib.unified_diff(
+            old_text.splitlines(True), new_text.splitlines(True), "a/f.txt", "b/f.txt"
+        )
+    )
+    if not body:
+        return
+    diff = "diff --git a/f.txt b/f.txt\nindex 0123456..789abcd 100644\n" + body
+    assert parse_unified_diff(diff)[1] == {"f.txt"}
+    assert apply_unified_diff(old_text, diff)[0] == new_text
+
+
+GIT_KEYWORDS = [
+    "diff --git a/f.txt b/",
+    "diff --git ",
+    "rename from ",
+    "rename to ",
+    "rename old ",
+    "rename new ",
+    "copy from ",
+    "copy to ",
+    "similarity index ",
+    "dissimilarity index ",
+    "deleted file mode ",
+    "new file mode ",
+    "old mode ",
+    "new mode ",
+    "index ",
+    "Binary files a/f.txt and b/",
+    "GIT binary patch ",
+    "--- a/",
+    "+++ b/",
+]
+other_paths = st.builds(
+    str.__add__,
+    st.sampled_from([".env", "../..", "/etc/passwd", "f.txt.orig", "b/.env", "~/.ssh/x"]),
+    st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp")), max_size=8),
+)
+
+
+@given(keyword=st.sampled_from(GIT_KEYWORDS), other=other_paths, at=st.integers(0, 6))
+def test_no_header_line_lets_another_path_through(keyword, other, at):
+    lines = [
+        "diff --git a/f.txt b/f.txt",
+        "index 0123456..789abcd 100644",
+        "--- a/f.txt",
+        "+++ b/f.txt",
+        "@@ -1 +1 @@",
+        "-a",
+        "+b",
+    ]
+    lines.insert(at if at < 4 else 7, keyword + other)
+    try:
+        _, names = parse_unified_diff("\n".join(lines) + "\n")
+    except PatchError:
+        return
+    assert names - {"f.txt"}
 
 
 def test_the_no_newline_marker_is_honoured():

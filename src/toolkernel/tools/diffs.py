@@ -5,6 +5,10 @@ anything. Hunks must match exactly (no fuzz); a hunk may sit at another line tha
 header says (like ``patch``'s offset), searched nearest-first and never before the
 previous hunk. Line endings of the file are kept: lines are compared without their
 terminators, and added lines take the file's own ending (``\\r\\n`` or ``\\n``).
+
+Git's extended header lines are read, not skipped: ``diff --git`` contributes its path
+to the names, and a header asking for what hunks cannot say (rename, copy, deletion,
+mode change, binary patch) refuses the diff, so nothing is silently dropped.
 """
 
 from __future__ import annotations
@@ -17,6 +21,35 @@ __all__ = ["Hunk", "PatchError", "apply_edits", "apply_unified_diff", "parse_uni
 
 _HEADER: Final = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _NO_EOL: Final = "\\ No newline at end of file"
+_GIT_DIFF: Final = "diff --git"
+# Extended header lines that describe a plain in-place text change (or a new 100644 file).
+_GIT_HARMLESS: Final = re.compile(
+    r"index [0-9a-f]{4,64}\.\.[0-9a-f]{4,64}(?: [0-7]{6})?"
+    r"|new file mode 100644|dissimilarity index \d{1,3}%"
+)
+# Every other header git apply acts on, and what is wrong with it; prefixes as git matches them.
+_GIT_UNSUPPORTED: Final = {
+    "rename from ": "asks for a rename",
+    "rename to ": "asks for a rename",
+    "rename old ": "asks for a rename",
+    "rename new ": "asks for a rename",
+    "copy from ": "asks for a copy",
+    "copy to ": "asks for a copy",
+    "similarity index ": "asks for a rename or copy",
+    "deleted file mode ": "asks for a deletion",
+    "old mode ": "asks for a mode change",
+    "new mode ": "asks for a mode change",
+    "new file mode ": "asks for a new file that is not a plain (100644) file",
+    "GIT binary patch": "asks for a binary patch",
+    "Binary files ": "asks for a binary patch",
+    "index ": "has a malformed 'index' line",
+    "dissimilarity index ": "has a malformed 'dissimilarity index' line",
+}
+_ONLY_TEXT: Final = (
+    "file.patch changes one file's text in place; renames, copies, deletions, mode "
+    "changes and binary patches are not supported, so send a unified diff of that "
+    "file's text alone"
+)
 
 
 class PatchError(ValueError):
@@ -52,7 +85,9 @@ def parse_unified_diff(diff: str) -> tuple[list[Hunk], set[str]]:
     """The hunks of a single-file unified diff, and the file names its headers give.
 
     Raises:
-        PatchError: the text has no hunk, or a hunk's line counts do not add up.
+        PatchError: the text has no hunk, a hunk's line counts do not add up, or a
+            header asks for more than a text change (rename, copy, deletion, mode,
+            binary).
     """
     hunks: list[Hunk] = []
     names: set[str] = set()
@@ -66,7 +101,9 @@ def parse_unified_diff(diff: str) -> tuple[list[Hunk], set[str]]:
         elif line.startswith(("--- ", "+++ ")) and (current is None or _complete(current)):
             name = line[4:].split("\t", 1)[0].strip()
             if name != "/dev/null":
-                names.add(re.sub(r"^[ab]/", "", name))
+                names.add(_strip_prefix(name))
+            elif line.startswith("+"):
+                raise PatchError(f"the diff asks for a deletion ('+++ /dev/null'); {_ONLY_TEXT}")
             current = None
         elif current is not None and line == _NO_EOL:
             tag = current.lines[-1][0] if current.lines else " "
@@ -79,6 +116,8 @@ def parse_unified_diff(diff: str) -> tuple[list[Hunk], set[str]]:
             if tag not in " +-":
                 raise PatchError(f"hunk {len(hunks)} has a line that is not ' ', '+' or '-'")
             current.lines.append((tag, text))
+        else:
+            _check_git_header(line, names)
     if not hunks:
         raise PatchError("the diff contains no '@@' hunk")
     for number, hunk in enumerate(hunks, start=1):
@@ -152,6 +191,37 @@ def _hunk(match: re.Match[str]) -> Hunk:
         int(new_start),
         1 if new_len is None else int(new_len),
     )
+
+
+def _check_git_header(line: str, names: set[str]) -> None:
+    """Add the path a ``diff --git`` line names; refuse a header hunks cannot carry out.
+
+    Other text between hunks (a commit message, say) is ignored, as ``git apply`` does.
+    """
+    if line.startswith(_GIT_DIFF):
+        names.add(_git_path(line[len(_GIT_DIFF) :].strip()))
+    elif not _GIT_HARMLESS.fullmatch(line):
+        for prefix, what in _GIT_UNSUPPORTED.items():
+            if line.startswith(prefix):
+                raise PatchError(f"the diff {what} ('{prefix.strip()}'); {_ONLY_TEXT}")
+
+
+def _git_path(pair: str) -> str:
+    """The one path of ``a/P b/P``; the whole text when its two halves name different paths.
+
+    Like git, split where both halves agree (a path may itself contain spaces): with
+    the same path in both, that is the middle, so one comparison decides (trying every
+    space would be quadratic in a line of spaces).
+    """
+    middle = len(pair) // 2
+    left, right = pair[:middle], pair[middle + 1 :]
+    if pair[middle : middle + 1] == " " and _strip_prefix(left) == _strip_prefix(right):
+        return _strip_prefix(left)
+    return pair
+
+
+def _strip_prefix(name: str) -> str:
+    return re.sub(r"^[ab]/", "", name)
 
 
 def _complete(hunk: Hunk) -> bool:
