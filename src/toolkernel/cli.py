@@ -701,7 +701,8 @@ def _ledger_replay(args: argparse.Namespace) -> int:
             print(f"{printable(refused)} (--allow-broken rebuilds it anyway)", file=sys.stderr)
             return EXIT_FAILED
         try:
-            for exchange in exchanges(held, args.run_id):
+            # Verified above: a broken run got here only with --allow-broken.
+            for exchange in exchanges(held, args.run_id, allow_broken=True):
                 print(json_text(exchange.to_dict()))
         except LedgerError as exc:
             if not _undecodable(report):

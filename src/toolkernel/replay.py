@@ -5,6 +5,11 @@ order, giving the tool messages the model saw. ``RecordedResults`` plugs into a
 ``Kernel(recorded=...)``: calls still go through validation and authorization, but
 dispatch returns the recorded result for the same tool and arguments instead of
 running the tool again.
+
+A ledger is tamper-evident, not tamper-proof: ``exchanges`` and
+``RecordedResults.from_ledger`` verify the run's hash chain first and refuse a run that
+fails (unless told ``allow_broken``), since a forged RESULT would be shown or served as
+the tool's output.
 """
 
 from __future__ import annotations
@@ -12,14 +17,17 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from toolkernel.calls import ToolCallRequest, ToolCallResult
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.dispatch import Outcome
-from toolkernel.ledger import EventType, Ledger, LedgerError
+from toolkernel.ledger import EventType, Ledger, LedgerError, Problem
 
 __all__ = ["Exchange", "RecordedResults", "exchanges"]
+
+_NAMED_PROBLEMS: Final = 5
+"""How many of a broken run's problems a refusal names; ``ledger verify`` lists all."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,13 +51,20 @@ class Exchange:
         }
 
 
-def exchanges(ledger: Ledger, run_id: str) -> list[Exchange]:
-    """Every completed call of the run, in the order the ledger recorded the requests.
+def exchanges(ledger: Ledger, run_id: str, *, allow_broken: bool = False) -> list[Exchange]:
+    """Every completed call of the run, in the order the ledger recorded the requests,
+    once the run's hash chain verifies (``allow_broken``: read a run that fails too).
 
     Calls may share a tool-call id (providers reuse ids across turns). The kernel
     refuses a call whose id is still open, with a RESULT right after its REQUEST, so a
     later event belongs to the latest open REQUEST of its id.
+
+    Raises:
+        LedgerError: the run fails verification (its problems are named), or the
+            ledger cannot be read.
     """
+    if not allow_broken:
+        _require_intact(ledger, run_id)
     requests: list[dict[str, Any]] = []
     started: set[int] = set()
     results: dict[int, ToolCallResult] = {}
@@ -89,7 +104,11 @@ def exchanges(ledger: Ledger, run_id: str) -> list[Exchange]:
 
 
 class RecordedResults:
-    """Recorded results, served first-in first-out per (tool, arguments hash)."""
+    """Recorded results, served first-in first-out per (tool, arguments hash).
+
+    ``from_ledger`` verifies the run first; the constructor trusts the exchanges it is
+    given.
+    """
 
     def __init__(self, recorded: Iterable[Exchange]) -> None:
         self._queues: dict[tuple[str, str], deque[ToolCallResult]] = defaultdict(deque)
@@ -99,8 +118,22 @@ class RecordedResults:
                 self._queues[key].append(exchange.result)
 
     @classmethod
-    def from_ledger(cls, ledger: Ledger, run_id: str) -> RecordedResults:
-        return cls(exchanges(ledger, run_id))
+    def from_ledger(
+        cls, ledger: Ledger, run_id: str, *, allow_broken: bool = False
+    ) -> RecordedResults:
+        """The results the run recorded, once its hash chain verifies.
+
+        Args:
+            ledger: the ledger holding the run.
+            run_id: the recorded run.
+            allow_broken: serve a run that fails verification anyway (what an edited
+                event says would be served as the tool's output).
+
+        Raises:
+            LedgerError: the run fails verification (its problems are named), or the
+                ledger cannot be read.
+        """
+        return cls(exchanges(ledger, run_id, allow_broken=allow_broken))
 
     def take(self, request: ToolCallRequest) -> Outcome:
         """The next recorded outcome for this call, or FAILED/NOT_FOUND."""
@@ -123,3 +156,19 @@ class RecordedResults:
             attempts=recorded.usage.attempts,
             internal={"replayedFrom": recorded.tool_call_id},
         )
+
+
+def _require_intact(ledger: Ledger, run_id: str) -> None:
+    report = ledger.verify(run_id)
+    if report.ok:
+        return
+    named = "; ".join(_problem_text(p) for p in report.problems[:_NAMED_PROBLEMS])
+    more = len(report.problems) - _NAMED_PROBLEMS
+    if more > 0:
+        named += f"; and {more} more (toolkernel ledger verify --run {run_id} lists them)"
+    raise LedgerError(f"replay refused: run {run_id} fails verification: {named}")
+
+
+def _problem_text(problem: Problem) -> str:
+    where = f"seq {problem.seq}" if problem.seq is not None else "run"
+    return f"{where}: {problem.kind}: {problem.detail}"

@@ -34,6 +34,8 @@ DENIED              ``DENIED``            refused without running (``errorCode``
 INVALID_ARGUMENTS   ``INVALID_ARGUMENTS`` refused without running (``errorCode`` says why)
 ==================  ====================  ===============================================
 
+A call whose provider id an earlier call of its line already has is refused as a
+real run refuses it (INVALID_ARGUMENTS, ``DUPLICATE_CALL_ID``), whatever it asks for.
 A refused call's projection is the one a real run would give the model, except for
 ``toolCallId`` (the provider's id, or ``line<N>-<index>`` without one). Checks that
 need the tool to run (``file.patch``'s ``baseHash``, a command's exit status) and
@@ -49,6 +51,7 @@ import os
 import stat
 import sys
 import tempfile
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, TextIO
@@ -56,7 +59,8 @@ from typing import Any, Final, Literal, TextIO
 import anyio
 
 from toolkernel.approval import Approver
-from toolkernel.codes import CATALOG, ErrorCode, Status
+from toolkernel.calls import ToolCallResult
+from toolkernel.codes import CATALOG, ErrorCode, Status, safe_field
 from toolkernel.config import load_config
 from toolkernel.errors import ToolkernelError
 from toolkernel.kernel import Kernel
@@ -250,8 +254,17 @@ async def _execute(kernel: Kernel, run: Run, turns: list[_Turn], out: TextIO) ->
 
 
 def _judge(kernel: Kernel, run: Run, turn: _Turn) -> list[dict[str, Any]]:
+    # Kernel.call_many's id rule, within the line only: a real replay runs the lines one
+    # after the other, so an id of an earlier line is free again by the next one.
+    seen: set[str] = set()
     rows = []
     for index, call in enumerate(turn.calls):
+        call_id = call.tool_call_id
+        if call_id and call_id in seen:
+            rows.append(_repeated(kernel, turn, call, call_id))
+            continue
+        if call_id:
+            seen.add(call_id)
         explained = kernel.explain(run, call.tool_name, call.arguments, version=call.version)
         verdict: Verdict = explained["outcome"]
         code: str | None = explained["errorCode"]
@@ -259,7 +272,7 @@ def _judge(kernel: Kernel, run: Run, turn: _Turn) -> list[dict[str, Any]]:
             {
                 **_where(turn, call),
                 "verdict": verdict,
-                "toolCallId": call.tool_call_id or f"line{turn.line}-{index}",
+                "toolCallId": call_id or f"line{turn.line}-{index}",
                 "status": verdict if verdict in _REFUSED else None,
                 "errorCode": code,
                 "safeMessage": explained["explanation"],
@@ -269,6 +282,19 @@ def _judge(kernel: Kernel, run: Run, turn: _Turn) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def _repeated(kernel: Kernel, turn: _Turn, call: ToolCall, call_id: str) -> dict[str, Any]:
+    """The row of a call refused for its repeated id, as ``Kernel.call_many`` refuses it."""
+    result = ToolCallResult.from_code(call_id, ErrorCode.DUPLICATE_CALL_ID, id=safe_field(call_id))
+    # The kernel masks a refusal's message, which echoes the id, before the model sees it.
+    message = kernel.redactor.redact_text(result.safe_message, Counter())
+    verdict: Verdict = "INVALID_ARGUMENTS"
+    return {
+        **_where(turn, call),
+        "verdict": verdict,
+        **result.with_(safe_message=message).projection(),
+    }
 
 
 def _emit(out: TextIO, rows: list[dict[str, Any]]) -> None:

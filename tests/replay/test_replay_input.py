@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from toolkernel.codes import ErrorCode
 from toolkernel.errors import ConfigError
 from toolkernel.replay_cli import EXIT_INVALID_INPUT, EXIT_OK, run_replay
 
@@ -232,3 +233,19 @@ def test_a_bad_configuration_is_a_config_error_for_the_cli_to_report(tmp_path, w
 
     with pytest.raises(ConfigError):
         run_replay(path, workspace=workspace, config_path=config, out=io.StringIO())
+
+
+def test_a_dry_run_refuses_an_id_repeated_in_a_turn_as_a_real_run_does(tmp_path, workspace):
+    turn = json.loads(json.dumps(CHAT))
+    calls = turn["choices"][0]["message"]["tool_calls"]
+    search = {"name": "repo__search", "arguments": '{"query": "notes"}'}
+    calls.append({**calls[0], "function": search})  # the same id as the first call
+    calls.append({**calls[0], "id": "call_other"})
+    path = write(tmp_path / "session.jsonl", turn)
+
+    _, judged, _ = replay(path, workspace, dry_run=True)
+    _, ran, _ = replay(path, workspace)
+
+    assert [row["verdict"] for row in judged] == ["ALLOWED", "INVALID_ARGUMENTS", "ALLOWED"]
+    assert judged[1]["errorCode"] == ErrorCode.DUPLICATE_CALL_ID
+    assert {key: value for key, value in judged[1].items() if key != "verdict"} == ran[1]
