@@ -152,6 +152,8 @@ _log = logging.getLogger(__name__)
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
 _SDK_STDIO_LOG: Final = logging.getLogger("mcp.client.stdio")
 _SDK_PARSE_ERROR: Final = "Failed to parse JSONRPC message from server"
+_SDK_CLOSED: Final = "Connection closed"
+_SDK_STREAM_LOST: Final = "SSE stream "
 _STDERR_CHUNK: Final = 65_536
 _RETRY_ADVICE: Final = "It may work if called again."
 _NO_RETRY_ADVICE: Final = "Calling it again the same way will not help."
@@ -455,7 +457,7 @@ class ServerConnection:
             with anyio.fail_after(self.config.start_timeout_s):
                 return await list_remote_tools(client)
         except (MCPError, ValidationError, TimeoutError) as exc:
-            if isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED:
+            if isinstance(exc, MCPError) and _connection_lost(exc):
                 self.discard(client)
             fault = self._start.fault if self._start is not None else None
             why = fault or _listing_failure(self.config, exc)
@@ -1108,7 +1110,7 @@ class McpBridge:
                 request, types.CallToolResult, progress_callback=progress
             )
         except MCPError as exc:
-            if exc.code == types.CONNECTION_CLOSED:
+            if _connection_lost(exc):
                 connection.discard(client)
                 detail = "its server stopped; it is restarted on the next call"
                 raise _remote_failure(name, detail, retryable=True) from exc
@@ -1137,7 +1139,7 @@ async def _drop_if_stuck(client: Client, connection: ServerConnection) -> None:
             # the newest), and any server that still serves answers it.
             await client.list_tools(cache_mode="bypass")
         except MCPError as exc:
-            if exc.code != types.CONNECTION_CLOSED:
+            if not _connection_lost(exc):
                 return  # an error is an answer: the server is alive
         except Exception:  # noqa: BLE001, S110 - no answer of any kind: the same verdict
             pass
@@ -1145,6 +1147,24 @@ async def _drop_if_stuck(client: Client, connection: ServerConnection) -> None:
             return
     _log.warning("MCP server %s is not answering; it is restarted", connection.config.name)
     connection.discard(client)
+
+
+def _connection_lost(exc: MCPError) -> bool:
+    """Whether ``exc`` is the SDK saying the connection is gone, not a server's answer.
+
+    The SDK reports a lost connection with code CONNECTION_CLOSED (-32000), which many
+    servers also send for any failure of theirs, so the code alone cannot tell. Its own
+    reports carry no data and a message of its own: "Connection closed" from its
+    dispatcher (once the transport ended, for a pending request, a later one or a write
+    that failed; it tells its closed outcome from a peer's error by identity, which the
+    MCPError it raises loses) and "SSE stream ..." from its HTTP transport when a
+    response stream is lost. A server that sends such an error itself is saying that
+    it is going away (the SDK's servers do when they shut down mid-request): taking it
+    at its word only restarts that server.
+    """
+    if exc.code != types.CONNECTION_CLOSED or exc.data is not None:
+        return False
+    return exc.message == _SDK_CLOSED or exc.message.startswith(_SDK_STREAM_LOST)
 
 
 def _identity(admission: Admission) -> dict[str, Any]:
@@ -1187,7 +1207,7 @@ def _start_failure(config: ServerConfig, exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):  # before OSError, its base class
         return f"it did not answer initialize within {config.start_timeout_s:g} s"
     if isinstance(exc, MCPError):
-        if exc.code == types.CONNECTION_CLOSED:
+        if _connection_lost(exc):
             ended = "the connection closed" if config.url else "it exited or closed its stdout"
             return f"{ended} before it answered initialize"
         error = f"it answered initialize with an error: {_shown(exc.message)}"
@@ -1245,7 +1265,7 @@ def _listing_failure(config: ServerConfig, exc: Exception) -> str:
     if isinstance(exc, TimeoutError):
         return f"it did not answer within {config.start_timeout_s:g} s"
     if isinstance(exc, MCPError):
-        if exc.code == types.CONNECTION_CLOSED:
+        if _connection_lost(exc):
             return "the connection closed"
         return f"it answered with an error: {_shown(exc.message)} (code {exc.code})"
     return "it sent a malformed tools/list result"
