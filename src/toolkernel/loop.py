@@ -87,6 +87,16 @@ FORMATS: Final[Mapping[Provider, ProviderFormat]] = MappingProxyType(
 )
 
 
+def _answering(call: ToolCall, result: ToolCallResult) -> ToolCallResult:
+    """``result`` under the id the model gave its call. The ledger keeps its own: one
+    made up for a call without an id (some OpenAI-compatible servers send ``""``), and
+    NUL or a lone surrogate written as an escape. A provider expects every call of the
+    turn answered under the id it sent."""
+    if call.tool_call_id is None or call.tool_call_id == result.tool_call_id:
+        return result
+    return result.with_(tool_call_id=call.tool_call_id)
+
+
 def tool_names(kernel: Kernel, shown: Sequence[ToolDefinition]) -> NameMap:
     """The name map for reading a model's calls back.
 
@@ -172,7 +182,8 @@ class AgentLoop:
         return [c if c.trace_context else replace(c, trace_context=traceparent) for c in calls]
 
     async def execute(self, response: Any) -> list[ToolCallResult]:
-        """Run the calls of ``response`` as one model turn; results in the model's order.
+        """Run the calls of ``response`` as one model turn; results in the model's order,
+        each under the id the model gave its call (the ledger may keep another).
 
         A malformed, unknown or forbidden call becomes a result, never an exception.
 
@@ -182,7 +193,8 @@ class AgentLoop:
         calls = self.calls(response)
         if not calls:
             return []
-        return await self.kernel.call_many(self.run, calls, on_progress=self.on_progress)
+        results = await self.kernel.call_many(self.run, calls, on_progress=self.on_progress)
+        return [_answering(call, result) for call, result in zip(calls, results, strict=True)]
 
     def render(self, results: Sequence[ToolCallResult]) -> list[dict[str, Any]]:
         """The messages that carry ``results`` back to the model (their projections)."""

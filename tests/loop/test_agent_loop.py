@@ -341,3 +341,32 @@ def test_a_response_of_another_provider_is_a_format_error(kernel):
 def test_an_unknown_provider_is_a_usage_error(kernel):
     with pytest.raises(UsageError):
         AgentLoop(kernel, kernel.start_run(), "gemini")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("provider", ["openai-chat", "anthropic"])
+def test_results_answer_the_ids_the_model_sent_even_those_the_ledger_rewrites(kernel, provider):
+    """An empty id (some OpenAI-compatible servers send one) gets an id of the ledger's
+    own, NUL and lone surrogates are stored escaped; the provider still expects every
+    call answered under the id it sent."""
+    ids = ["", "call\x00A", "call\ud800B"]
+    loop = AgentLoop(kernel, kernel.start_run(), provider)
+    loop.tools()
+    if provider == "openai-chat":
+        messages = handle(loop, chat(*((i, "file__read", '{"path": "README.md"}') for i in ids)))
+        answered = [m["tool_call_id"] for m in messages]
+        statuses = [projection(m["content"])["status"] for m in messages]
+    else:
+        (message,) = handle(
+            loop, anthropic(*((i, "file__read", {"path": "README.md"}) for i in ids))
+        )
+        answered = [block["tool_use_id"] for block in message["content"]]
+        statuses = [projection(block["content"])["status"] for block in message["content"]]
+    assert answered == ids
+    assert statuses == [Status.SUCCEEDED] * 3
+    stored = [
+        e.tool_call_id
+        for e in kernel.ledger.events(loop.run.id)
+        if e.type is EventType.TOOL_CALL_REQUEST
+    ]
+    assert stored[0].startswith("call_")
+    assert stored[1:] == ["call\\x00A", "call\\ud800B"]

@@ -104,5 +104,6 @@ def _call(block: Any, names: NameMap) -> ToolCall:
     return ToolCall(
         names.tool_name(name) if isinstance(name, str) else "",
         raw if isinstance(raw, Mapping) else as_json_text(raw),
-        tool_call_id=block_id if isinstance(block_id, str) and block_id else None,
+        # Kept as sent, empty too: the result must answer the id the model used.
+        tool_call_id=block_id if isinstance(block_id, str) else None,
     )

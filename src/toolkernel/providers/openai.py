@@ -195,7 +195,8 @@ def _call(names: NameMap, name: Any, raw: Any, call_id: Any) -> ToolCall:
     return ToolCall(
         tool,
         _arguments(raw, names.schemas.get(tool)),
-        tool_call_id=call_id if isinstance(call_id, str) and call_id else None,
+        # Kept as sent, empty too: the result must answer the id the model used.
+        tool_call_id=call_id if isinstance(call_id, str) else None,
     )
 
 
