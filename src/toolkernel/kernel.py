@@ -332,6 +332,7 @@ class Kernel:
         self._inflight_lock = threading.Lock()  # runs on other threads' loops share it
         self._claims = KeyClaims(self.ledger)  # the same keys, across processes
         self._generation = 0
+        self._withdrawn: dict[str, str] = {}  # name -> why it was withdrawn (unregister)
         self._tool_listeners: list[Callable[[], None]] = []
         self._provider_names: dict[str, str] = {}  # provider spelling -> tool name
         # (run id, call id) -> time.time_ns() it arrived: ids are unique within a run only
@@ -387,12 +388,21 @@ class Kernel:
             raise DefinitionError(
                 name, "name", f"collides with '{other}' as provider tool name '{spelled}'"
             )
+        self._withdrawn.pop(name, None)
         self._tools_changed()
         return registered
 
-    def unregister(self, name: str, version: str | None = None) -> None:
-        """Withdraw a tool (one version, or all): it is neither shown nor callable."""
+    def unregister(self, name: str, version: str | None = None, *, reason: str = "") -> None:
+        """Withdraw a tool (one version, or all): it is neither shown nor callable.
+
+        With a ``reason`` (whole sentences, for the model), a call of the withdrawn
+        name is DENIED/POLICY_DENIED saying why, instead of UNKNOWN_TOOL, until a tool
+        of that name is registered again.
+        """
+        existed = self.registry.find(name) is not None
         self.registry.unregister(name, version)
+        if reason and existed and self.registry.find(name) is None:
+            self._withdrawn[name] = reason
         self._tools_changed()
 
     def on_tools_changed(self, listener: Callable[[], None]) -> Callable[[], None]:
@@ -1294,6 +1304,11 @@ class Kernel:
                 tool=safe_field(name),
                 version=safe_field(version),
                 available=", ".join(versions),
+            )
+        withdrawn = self._withdrawn.get(name)
+        if withdrawn is not None and version is None:
+            return ToolCallResult.from_code(
+                call_id, ErrorCode.POLICY_DENIED, tool=safe_field(name), hint=withdrawn
             )
         return ToolCallResult.from_code(
             call_id, ErrorCode.UNKNOWN_TOOL, tool=safe_field(name), available=self._names(run)

@@ -191,3 +191,29 @@ def test_listeners_hear_of_every_tool_registered_or_withdrawn_until_they_stop(
     stop()
     kernel.register(xy)
     assert heard == [True, False]  # each change seen after it happened; none after stop
+
+
+async def test_a_tool_withdrawn_with_a_reason_is_refused_with_it_until_registered_again(
+    kernel_factory,
+):
+    kernel = kernel_factory()
+
+    @tool("x.y", idempotent=True)
+    def xy() -> str:
+        """A tool that comes and goes."""
+        return "xy"
+
+    kernel.register(xy)
+    run = kernel.start_run()
+    kernel.expose(run)
+    kernel.unregister("x.y", reason="Its owner took it away for review.")
+    gone = await kernel.call(run, "x.y")
+    assert (gone.status, gone.error_code) == (Status.DENIED, ErrorCode.POLICY_DENIED)
+    assert gone.safe_message.endswith("Its owner took it away for review.")
+    kernel.unregister("x.z", reason="never registered")  # nothing to withdraw: no effect
+    assert (await kernel.call(run, "x.z")).error_code is ErrorCode.UNKNOWN_TOOL
+    kernel.register(xy)
+    kernel.expose(run)
+    assert (await kernel.call(run, "x.y")).status is Status.SUCCEEDED
+    kernel.unregister("x.y")  # no reason: as if it never was
+    assert (await kernel.call(run, "x.y")).error_code is ErrorCode.UNKNOWN_TOOL

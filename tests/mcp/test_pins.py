@@ -80,7 +80,7 @@ async def _until(predicate) -> None:
 
 
 async def test_a_definition_changed_at_list_changed_is_withdrawn_until_approved(
-    workspace, tmp_path
+    workspace, tmp_path, caplog
 ):
     desc = tmp_path / "desc.txt"
     desc.write_text("Returns ok.")
@@ -95,8 +95,16 @@ async def test_a_definition_changed_at_list_changed_is_withdrawn_until_approved(
             await kernel.call(run, "fx.notify", {})  # the server sends tools/list_changed
             await _until(lambda: kernel.registry.find("fx.changing") is None)
             held = await kernel.call(run, "fx.changing", {})
+            # The model used it a moment ago: it is told why it is gone, not that there
+            # is no such tool; the operator is told how to approve it.
             assert held.status is Status.DENIED
-            assert held.error_code is ErrorCode.UNKNOWN_TOOL
+            assert held.error_code is ErrorCode.POLICY_DENIED
+            assert "until an operator approves the change" in held.safe_message
+            warned = [r.getMessage() for r in caplog.records if "withheld" in r.getMessage()]
+            assert warned == [
+                "fx.changing changed its definition and is withheld until approved: "
+                "toolkernel mcp diff fx changing"
+            ]
 
             [changed] = events_of(kernel, EventType.REMOTE_TOOL_CHANGED, run.id)
             assert changed.payload["tool"] == "changing"

@@ -155,6 +155,11 @@ _SDK_PARSE_ERROR: Final = "Failed to parse JSONRPC message from server"
 _SDK_CLOSED: Final = "Connection closed"
 _SDK_STREAM_LOST: Final = "SSE stream "
 _STDERR_CHUNK: Final = 65_536
+# Why a bridged tool the model may have used is gone, for the model (Kernel.unregister).
+_HELD: Final = (
+    "Its server changed its definition; it is withdrawn until an operator approves the change."
+)
+_REJECTED: Final = "Its server's new definition was refused as unsafe; it is withdrawn."
 _RETRY_ADVICE: Final = "It may work if called again."
 _NO_RETRY_ADVICE: Final = "Calling it again the same way will not help."
 
@@ -966,20 +971,30 @@ class McpBridge:
             tool = admission.tool
             seen.add(admission.name)
             if not admission.accepted:
-                self._withdraw(admission.name)
+                self._withdraw(admission.name, _REJECTED)
                 rejected.append(admission.remote_name)
-                events.extend(self._rejected_event(admission, admission.reasons))
+                reported = self._rejected_event(admission, admission.reasons)
+                if reported:
+                    _log.warning("%s was refused: %s", _shown(admission.name), _why(admission))
+                events.extend(reported)
                 continue
             check = self.pins.check(config.name, tool, strict=config.pin == "strict")
             if check.exposed:
                 self._expose(admission)
                 accepted.append(admission.name)
                 continue
-            self._withdraw(admission.name)
+            self._withdraw(admission.name, _HELD)
             self._held[(config.name, admission.remote_name)] = admission
             held.append(admission.remote_name)
             if check.verdict is PinVerdict.CHANGED:
-                events.extend(self._changed_event(admission, check.old_hash, check.hash))
+                reported = self._changed_event(admission, check.old_hash, check.hash)
+                if reported:
+                    _log.warning(
+                        "%s changed its definition and is withheld until approved: %s",
+                        _shown(admission.name),
+                        _shown(str(reported[0].payload["approve"])),
+                    )
+                events.extend(reported)
             else:
                 reason = RejectReason(
                     "PIN_APPROVAL", "a new tool of a strict server awaits approval"
@@ -1013,9 +1028,9 @@ class McpBridge:
         structured = admission.definition.output_contract.schema is not None
         self._routes[name] = _Route(admission.server.name, admission.remote_name, structured)
 
-    def _withdraw(self, name: str) -> None:
+    def _withdraw(self, name: str, reason: str = "") -> None:
         if self._routes.pop(name, None) is not None:
-            self.kernel.unregister(name)
+            self.kernel.unregister(name, reason=reason)
 
     def _rejected_event(
         self, admission: Admission, reasons: Sequence[RejectReason]
@@ -1353,6 +1368,10 @@ def _content_item(
     if isinstance(block, types.ResourceLink):
         return {"type": "resource_link", "uri": str(block.uri), "name": block.name}
     return {"type": str(getattr(block, "type", "unknown")), "note": "content type not bridged"}
+
+
+def _why(admission: Admission) -> str:
+    return _shown("; ".join(f"{r.rule}: {r.message}" for r in admission.reasons))
 
 
 def _shown(text: str) -> str:
