@@ -87,6 +87,7 @@ from toolkernel.registry import RegisteredTool, Registry
 from toolkernel.replay import RecordedResults
 from toolkernel.run import Run, ToolCall
 from toolkernel.state import check_placement, state_globs
+from toolkernel.terminal import printable
 from toolkernel.tracing import record_tool_span
 from toolkernel.validation import ValidationResult, Violation, validate
 
@@ -850,9 +851,12 @@ class Kernel:
         if not isinstance(message, str) or not message:
             return None
         # Redacted, then cut: cut first, a secret across the cut would not be recognised.
+        # A status line for a person's screen: one line, control characters escaped
+        # (a server's \x1b[2J must not clear a client's terminal).
         margin = 512 + 2 * self.redactor.max_secret_length
         text = utf8_text(message[: _MAX_PROGRESS_MESSAGE + margin])
-        return self.redactor.redact_text(text, Counter())[:_MAX_PROGRESS_MESSAGE]
+        redacted = self.redactor.redact_text(text, Counter())
+        return printable(redacted)[:_MAX_PROGRESS_MESSAGE]
 
     def _finish(self, admitted: _Admitted, outcome: Outcome) -> _Finished:
         """normalize → artifactize → redact: the result and its events, not yet written.

@@ -356,3 +356,26 @@ async def test_an_id_repeated_in_one_turn_is_refused_even_for_calls_that_run_alo
     )
     assert [r.error_code for r in results] == [None, ErrorCode.DUPLICATE_CALL_ID, None]
     assert calls.count == {"file.write": 1, "repo.lookup": 1}
+
+
+async def test_a_progress_message_is_one_printable_line(kernel_factory):
+    """A status line for a person's screen: a tool's escape sequences are shown, not
+    obeyed (a bridged server's \\x1b[2J must not clear the client's terminal)."""
+
+    @tool("job.loud")
+    async def loud(ctx: ToolContext) -> str:
+        """Report progress with control characters."""
+        ctx.progress(1, 2, "\x1b[2Jcleared\nsecond line\u202etxt.exe")
+        return "done"
+
+    kernel = kernel_factory()
+    kernel.register(loud)
+    run = kernel.start_run()
+    seen: list[str | None] = []
+    await kernel.call(run, "job.loud", {}, on_progress=lambda *a: seen.append(a[3]))
+    (stored,) = [
+        e.payload["message"]
+        for e in kernel.ledger.events(run.id)
+        if e.type is EventType.TOOL_CALL_PROGRESS
+    ]
+    assert stored == seen[0] == "\\x1b[2Jcleared second line\\u202etxt.exe"

@@ -16,7 +16,9 @@ from fixtures.bridge_support import FIXTURE_SERVER, OPEN_POLICY
 from gateway_harness import PYTHON, ledger_events, make_workspace, stdio_client
 
 from toolkernel.codes import ErrorCode
+from toolkernel.context import ToolContext
 from toolkernel.errors import LedgerError
+from toolkernel.functions import tool
 from toolkernel.ledger import EventType, SqliteLedger
 from toolkernel.mcp.gateway import Gateway, build_server
 from toolkernel.mcp.gateway_render import PROJECTION_META, RUN_META
@@ -261,3 +263,39 @@ def test_a_ledger_file_deleted_while_serving_fails_calls_instead_of_losing_them(
     assert before.is_error is False
     assert after.is_error is True
     assert after.meta[PROJECTION_META]["errorCode"] == ErrorCode.LEDGER_UNAVAILABLE
+
+
+def test_progress_that_does_not_increase_is_not_passed_to_the_client(tmp_path: Path) -> None:
+    """MCP: each progress notification must increase; a tool's step back is dropped for
+    the client (the ledger keeps every report)."""
+
+    @tool("job.wobbly")
+    async def wobbly(ctx: ToolContext) -> str:
+        """Report progress that goes back and forth."""
+        for step in (1, 3, 2, 3, 4, -1, 5):
+            ctx.progress(step, 5, f"at {step}")
+        return "done"
+
+    kernel = make_kernel(tmp_path / "ws", OPEN_POLICY, workspace_tools=False)
+    kernel.register(wobbly)
+    updates: list[float] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        updates.append(progress)
+
+    async def main() -> Any:
+        async with Client(build_server(kernel, Gateway(kernel)), mode="legacy") as client:
+            return await client.call_tool("job.wobbly", {}, progress_callback=on_progress)
+
+    try:
+        result = anyio.run(main)
+        recorded = [
+            e.payload["progress"]
+            for e in kernel.ledger.events(result.meta[RUN_META])
+            if e.type is EventType.TOOL_CALL_PROGRESS
+        ]
+    finally:
+        kernel.close()
+    assert result.is_error is False
+    assert updates == [1, 3, 4, 5]
+    assert recorded == [1, 3, 2, 3, 4, -1, 5]

@@ -331,6 +331,7 @@ class _ProgressRelay:
         ](PROGRESS_BUFFER)
         self._thread = threading.get_ident()
         self._loop = anyio.lowlevel.current_token()
+        self._last: float | None = None  # the progress last passed on
 
     def push(
         self, _call_id: str, progress: float, total: float | None, message: str | None
@@ -342,9 +343,14 @@ class _ProgressRelay:
             anyio.from_thread.run_sync(self._offer, item, token=self._loop)
 
     def _offer(self, item: tuple[float, float | None, str | None]) -> None:
-        # A full or finished relay drops the update; the ledger has it all the same.
+        # MCP: progress must increase with each notification; a tool (or a bridged
+        # server) that reports otherwise has the update dropped here. A full or
+        # finished relay drops it too. The ledger has every report all the same.
+        if self._last is not None and item[0] <= self._last:
+            return
         with suppress(anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._send.send_nowait(item)
+            self._last = item[0]
 
     def close(self) -> None:
         self._send.close()
