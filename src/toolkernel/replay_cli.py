@@ -275,7 +275,8 @@ def _judge(kernel: Kernel, run: Run, turn: _Turn) -> list[dict[str, Any]]:
                 "toolCallId": call_id or f"line{turn.line}-{index}",
                 "status": verdict if verdict in _REFUSED else None,
                 "errorCode": code,
-                "safeMessage": explained["explanation"],
+                # Masked as the kernel masks a refusal (it echoes the proposal).
+                "safeMessage": kernel.redactor.redact_text(explained["explanation"], Counter()),
                 "structuredOutput": None,
                 "artifacts": [],
                 "retryable": CATALOG[ErrorCode(code)].retryable if code else False,

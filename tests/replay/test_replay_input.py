@@ -249,3 +249,19 @@ def test_a_dry_run_refuses_an_id_repeated_in_a_turn_as_a_real_run_does(tmp_path,
     assert [row["verdict"] for row in judged] == ["ALLOWED", "INVALID_ARGUMENTS", "ALLOWED"]
     assert judged[1]["errorCode"] == ErrorCode.DUPLICATE_CALL_ID
     assert {key: value for key, value in judged[1].items() if key != "verdict"} == ran[1]
+
+
+def test_a_dry_run_masks_a_refusal_as_a_real_run_does(tmp_path, workspace):
+    """An unknown tool's name is echoed in the refusal: a token in it is masked."""
+    turn = json.loads(json.dumps(CHAT))
+    calls = turn["choices"][0]["message"]["tool_calls"]
+    token = "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"
+    calls[:] = [{**calls[0], "function": {"name": f"x {token}", "arguments": "{}"}}]
+    path = write(tmp_path / "session.jsonl", turn)
+
+    _, judged, _ = replay(path, workspace, dry_run=True)
+    _, ran, _ = replay(path, workspace)
+
+    assert judged[0]["errorCode"] == ran[0]["errorCode"]
+    assert token not in judged[0]["safeMessage"]
+    assert judged[0]["safeMessage"] == ran[0]["safeMessage"]
