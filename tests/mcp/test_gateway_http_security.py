@@ -7,6 +7,7 @@ sessions coming and going, arguments that are not an object, a cancelled call.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import uuid
 from collections.abc import Iterator
@@ -528,3 +529,37 @@ def test_a_sessionless_call_is_not_recorded_as_a_listing_too(
     kinds = [e.type for e in ledger_events(workspace, run)]
     assert kinds.count(EventType.TOOLS_EXPOSED) == 1
     assert kinds.count(EventType.TOOL_CALL_RESULT) == 3
+
+
+def _record(logger: str, error: BaseException | None) -> logging.LogRecord:
+    info = (type(error), error, error.__traceback__) if error is not None else None
+    return logging.LogRecord(logger, logging.ERROR, __file__, 1, "boom", (), info)
+
+
+def _raised_from(cause: BaseException) -> BaseException:
+    try:
+        try:
+            raise cause
+        except BaseException:
+            raise RuntimeError(
+                "Unexpected ASGI message 'http.response.start' sent, "
+                "after response already completed."
+            ) from None
+    except RuntimeError as error:
+        return error
+
+
+def test_tracebacks_of_a_request_racing_its_sessions_end_become_one_line(caplog):
+    """A cancel notification that reaches a session its DELETE just ended: the SDK and
+    uvicorn each logged a traceback (found by a tester: about one session in three)."""
+    from toolkernel.mcp.gateway import _without_ended_session_tracebacks as keep
+
+    caplog.set_level(logging.INFO, logger="toolkernel.serve")
+    assert keep(_record("mcp.server.streamable_http", anyio.ClosedResourceError())) is False
+    assert keep(_record("uvicorn.error", _raised_from(anyio.ClosedResourceError()))) is False
+    assert [r.getMessage() for r in caplog.records] == [
+        "a request for a session that had just ended was dropped"
+    ]
+    # Anything else is left to be logged as it was.
+    assert keep(_record("uvicorn.error", ValueError("a real bug"))) is True
+    assert keep(_record("uvicorn.error", None)) is True

@@ -755,8 +755,46 @@ async def _serve_http(server: Server[Any], listen: _Listen, gateway: Gateway) ->
     # Tests and scripts wait for this line to learn the port (``--port 0`` picks one).
     _log.warning("listening on http://%s:%d/mcp", _bracketed(host), bound)
     config = uvicorn.Config(guarded, log_level="warning", lifespan="on")
-    with sock:
-        await Uvicorn(config).serve(sockets=[sock])
+    noisy = [logging.getLogger(name) for name in _RACE_LOGGERS]
+    for logger in noisy:
+        logger.addFilter(_without_ended_session_tracebacks)
+    try:
+        with sock:
+            await Uvicorn(config).serve(sockets=[sock])
+    finally:
+        for logger in noisy:
+            logger.removeFilter(_without_ended_session_tracebacks)
+
+
+# A client that cancels a call and closes its session at once races its two requests:
+# the cancel notification reaches a session the DELETE just ended, and the SDK and
+# uvicorn each log a traceback for it. Nothing is lost (the call is recorded
+# cancelled); the operator gets one line instead.
+_RACE_LOGGERS: Final = ("mcp.server.streamable_http", "uvicorn.error")
+_AFTER_RESPONSE: Final = "after response already completed"
+
+
+def _without_ended_session_tracebacks(record: logging.LogRecord) -> bool:
+    error = record.exc_info[1] if record.exc_info else None
+    if error is None or not _ended_session(error):
+        return True
+    if record.name == _RACE_LOGGERS[0]:  # one line for the pair of tracebacks
+        _log.info("a request for a session that had just ended was dropped")
+    return False
+
+
+def _ended_session(error: BaseException | None) -> bool:
+    """Whether ``error`` (or what it was raised from) is a write to a session's closed
+    stream, or uvicorn's complaint about answering after that."""
+    seen = 0
+    while error is not None and seen < 10:
+        if isinstance(error, anyio.ClosedResourceError | anyio.BrokenResourceError):
+            return True
+        if isinstance(error, RuntimeError) and _AFTER_RESPONSE in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+        seen += 1
+    return False
 
 
 @asynccontextmanager
