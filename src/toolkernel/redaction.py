@@ -590,7 +590,15 @@ def _private_key_spans(text: str) -> list[_Replacement]:
             at = text.find(anchor, at + 1 if hit is None else hit[1])
     found += _key_body_spans(text)
     found.sort()
-    return found
+    # A key found from its anchor and as body lines (a base64-encoded PEM starts with
+    # the encoded BEGIN line) is one span: where they overlap, both reach are masked.
+    merged: list[_Replacement] = []
+    for start, end, kind in found:
+        if merged and start < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]), kind)
+        else:
+            merged.append((start, end, kind))
+    return merged
 
 
 def _key_body_spans(text: str) -> list[_Replacement]:

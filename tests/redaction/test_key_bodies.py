@@ -104,3 +104,15 @@ def test_a_key_body_streamed_in_small_chunks_is_masked(tmp_path):
 )
 def test_lines_that_only_look_like_base64_are_left_alone(redactor, line):
     assert redactor.redact_text(f"before\n{line}\nafter", Counter()) == f"before\n{line}\nafter"
+
+
+@settings(max_examples=100, deadline=None)
+@given(key=st.binary(min_size=600, max_size=1800))
+def test_a_base64_encoded_pem_is_masked_whole(key):
+    """``openssl base64 -in key.pem``, a Kubernetes secret: its first line is found from
+    the encoded BEGIN, the rest as key lines; the two are one span, both masked."""
+    pem = "-----BEGIN RSA PRIVATE KEY-----\n" + "\n".join(body(key, 64))
+    pem += "\n-----END RSA PRIVATE KEY-----\n"
+    encoded = body(pem.encode(), 64)
+    redacted = Redactor(Path("/nonexistent-ws")).redact_text("\n".join(encoded) + "\n", Counter())
+    assert all(line not in redacted for line in encoded if len(line) == 64 and _mixed(line))
