@@ -328,3 +328,21 @@ def test_a_ledger_file_deleted_or_replaced_while_open_refuses_appends(tmp_path, 
             ledger.claim_key("t", "k", "owner", 10.0)
     finally:
         ledger.close()
+
+
+def test_a_ledger_nobody_closed_leaves_no_file_descriptor_behind(tmp_path):
+    """The descriptor that watches for a deleted file goes with the ledger, as its
+    connection does, also when a program relies on garbage collection."""
+    import gc
+
+    def open_descriptors() -> int:
+        return len(list(Path("/proc/self/fd").iterdir()))
+
+    gc.collect()
+    before = open_descriptors()
+    for n in range(50):
+        SqliteLedger(tmp_path / f"ledger{n}.db").append(
+            "run_1", [NewEvent(EventType.TOOL_CALL_REQUEST, {"n": n}, "call_1")]
+        )
+    gc.collect()
+    assert open_descriptors() == before

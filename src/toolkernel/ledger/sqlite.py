@@ -25,6 +25,7 @@ import sqlite3
 import stat
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -206,6 +207,9 @@ class SqliteLedger(Ledger):
                 except OSError:
                     self._conn.close()
                     raise
+                # Closed with the ledger, or when a ledger nobody closed is collected (as
+                # its connection is): one per SqliteLedger would otherwise pile up.
+                self._release_file = weakref.finalize(self, os.close, self._file)
 
     @property
     def path(self) -> Path:
@@ -417,7 +421,7 @@ class SqliteLedger(Ledger):
             file, self._file = self._file, None
             self._heads.clear()
             if file is not None:
-                os.close(file)
+                self._release_file()
             if conn is not None:
                 with self._translate("close"):
                     conn.close()
