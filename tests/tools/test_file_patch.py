@@ -345,23 +345,63 @@ other_paths = st.builds(
 )
 
 
-@given(keyword=st.sampled_from(GIT_KEYWORDS), other=other_paths, at=st.integers(0, 6))
+GIT_DIFF_LINES = [
+    "diff --git a/f.txt b/f.txt",
+    "index 0123456..789abcd 100644",
+    "--- a/f.txt",
+    "+++ b/f.txt",
+    "@@ -1 +1 @@",
+    "-a",
+    "+b",
+]
+
+
+@given(keyword=st.sampled_from(GIT_KEYWORDS), other=other_paths, at=st.integers(1, 2))
 def test_no_header_line_lets_another_path_through(keyword, other, at):
-    lines = [
-        "diff --git a/f.txt b/f.txt",
-        "index 0123456..789abcd 100644",
-        "--- a/f.txt",
-        "+++ b/f.txt",
-        "@@ -1 +1 @@",
-        "-a",
-        "+b",
-    ]
-    lines.insert(at if at < 4 else 7, keyword + other)
+    """Within a git header (after ``diff --git``, up to its ``---`` line) every line
+    that names a path or asks for more than a text change is refused or seen."""
+    lines = [*GIT_DIFF_LINES]
+    lines.insert(at, keyword + other)
     try:
         _, names = parse_unified_diff("\n".join(lines) + "\n")
     except PatchError:
         return
     assert names - {"f.txt"}
+
+
+@given(keyword=st.sampled_from(GIT_KEYWORDS), other=other_paths, at=st.sampled_from([0, 7]))
+def test_outside_the_header_only_file_lines_name_paths(keyword, other, at):
+    """Before ``diff --git`` or after the hunks, git apply reads header words as prose (a
+    commit message, a signature), and so does file.patch: they change nothing. A ``---``
+    or ``+++`` line there still names a path."""
+    lines = [*GIT_DIFF_LINES]
+    lines.insert(at, keyword + other)
+    names_a_path = keyword.startswith(("--- ", "+++ ", "diff --git"))
+    try:
+        _, names = parse_unified_diff("\n".join(lines) + "\n")
+    except PatchError:
+        assert names_a_path
+        return
+    if names_a_path:
+        assert names - {"f.txt"}
+    else:
+        assert names == {"f.txt"}
+
+
+@pytest.mark.parametrize(
+    "prose",
+    [
+        "index rebuild is now lazy",
+        "new mode of operation documented",
+        "Binary files are skipped now",
+        "rename from the old scheme",
+    ],
+)
+def test_a_commit_message_with_header_words_is_prose(prose):
+    """``git format-patch`` output: the message comes before ``diff --git``."""
+    diff = f"Subject: [PATCH] speed up\n\n{prose}\n---\n" + "\n".join(GIT_DIFF_LINES) + "\n"
+    _, names = parse_unified_diff(diff)
+    assert names == {"f.txt"}
 
 
 def test_the_no_newline_marker_is_honoured():

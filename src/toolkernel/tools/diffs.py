@@ -92,13 +92,16 @@ def parse_unified_diff(diff: str) -> tuple[list[Hunk], set[str]]:
     hunks: list[Hunk] = []
     names: set[str] = set()
     current: Hunk | None = None
+    git_header = False  # between a "diff --git" line and its "---" (or first hunk)
     for raw in diff.splitlines():
         line = raw.rstrip("\r")
         match = _HEADER.match(line)
         if match:
             current = _hunk(match)
             hunks.append(current)
+            git_header = False
         elif line.startswith(("--- ", "+++ ")) and (current is None or _complete(current)):
+            git_header = False
             name = line[4:].split("\t", 1)[0].strip()
             if name != "/dev/null":
                 names.add(_strip_prefix(name))
@@ -116,8 +119,11 @@ def parse_unified_diff(diff: str) -> tuple[list[Hunk], set[str]]:
             if tag not in " +-":
                 raise PatchError(f"hunk {len(hunks)} has a line that is not ' ', '+' or '-'")
             current.lines.append((tag, text))
-        else:
-            _check_git_header(line, names)
+        elif line.startswith(_GIT_DIFF):
+            names.add(_git_path(line[len(_GIT_DIFF) :].strip()))
+            git_header = True
+        elif git_header:
+            _check_git_header(line)
     if not hunks:
         raise PatchError("the diff contains no '@@' hunk")
     for number, hunk in enumerate(hunks, start=1):
@@ -193,14 +199,11 @@ def _hunk(match: re.Match[str]) -> Hunk:
     )
 
 
-def _check_git_header(line: str, names: set[str]) -> None:
-    """Add the path a ``diff --git`` line names; refuse a header hunks cannot carry out.
-
-    Other text between hunks (a commit message, say) is ignored, as ``git apply`` does.
-    """
-    if line.startswith(_GIT_DIFF):
-        names.add(_git_path(line[len(_GIT_DIFF) :].strip()))
-    elif not _GIT_HARMLESS.fullmatch(line):
+def _check_git_header(line: str) -> None:
+    """Refuse an extended header line (after ``diff --git``, before ``---``) that hunks
+    cannot carry out. Text elsewhere (a commit message, a signature) is ignored, as
+    ``git apply`` ignores it."""
+    if not _GIT_HARMLESS.fullmatch(line):
         for prefix, what in _GIT_UNSUPPORTED.items():
             if line.startswith(prefix):
                 raise PatchError(f"the diff {what} ('{prefix.strip()}'); {_ONLY_TEXT}")
