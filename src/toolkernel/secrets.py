@@ -147,7 +147,12 @@ _NETRC_LOGIN: Final = re.compile(r"\blogin[ \t]+\S+\s+\Z")
 _LABEL: Final = re.compile(r"(?i)pass|pwd|secret|token|key")
 _HEX: Final = re.compile(r"[0-9a-fA-F]+")
 _NON_VALUES: Final = frozenset(
-    ("null", "none", "nil", "undefined", "true", "false", "''", '""', "***", "changeme")
+    (
+        *("null", "none", "nil", "undefined", "true", "false", "''", '""', "***", "changeme"),
+        # Prose after "is": "Property 'password' is not accepted", "the secret is required".
+        *("not", "required", "optional", "missing", "invalid", "incorrect", "wrong"),
+        *("empty", "set", "unset", "expired", "a", "an", "the", "too", "also", "now", "still"),
+    )
 )
 _UUID: Final = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
 
