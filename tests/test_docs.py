@@ -74,3 +74,18 @@ def test_the_documented_standalone_checker_verifies_real_ledgers_and_catches_edi
     gap = _check(script, export)
     assert gap.returncode == 1
     assert "expected seq 4" in gap.stdout
+
+
+def test_the_readmes_configuration_example_loads(tmp_path):
+    """A newcomer copies it: every key must be where the loader looks for it."""
+    from toolkernel.config import load_config
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Configuration", 1)[1]
+    example = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "toolkernel.toml"
+    path.write_text(example, encoding="utf-8")
+    config = load_config(path, workspace=tmp_path)
+    assert "secrets/**" in config.forbidden_paths
+    with Kernel(config) as kernel:
+        assert kernel.config.ledger.commit == "each"
