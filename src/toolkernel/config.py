@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import stat
 import tomllib
 from collections.abc import Mapping
@@ -22,8 +23,9 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from toolkernel.context import ApprovalState, RunState, VerificationStatus
 from toolkernel.definition import Permissions
-from toolkernel.errors import ConfigError
+from toolkernel.errors import ConfigError, UsageError
 from toolkernel.exposure import DEFAULT_EXPOSURE, ExposureRule
+from toolkernel.globs import compile_globs
 from toolkernel.pathguard import DEFAULT_FORBIDDEN
 from toolkernel.policy import (
     BUILTIN_PROFILES,
@@ -164,6 +166,7 @@ def from_mapping(
             key = ".".join(filter(None, [key, str(unexpected[0])]))
             raise ConfigError(f"{label}: key '{key}': unknown key")
         raise ConfigError(f"{label}: key '{key or '(root)'}': {error.message[:300]}")
+    _check_globs(data, label)
     where = f"{label}: key "
     if workspace is not None:
         root = _usable(workspace, "workspace: ")
@@ -230,6 +233,37 @@ def _check_regular_file(path: Path) -> None:
         raise ConfigError(f"{_shown(path)}: cannot read the configuration ({why})") from exc
     if not stat.S_ISREG(mode):
         raise ConfigError(f"{path}: cannot read the configuration (not a regular file)")
+
+
+# Glob lists, compiled when a call needs them: a bad one is named here, not found later
+# as POLICY_ERROR on every call that takes a path.
+_GLOB_KEYS: Final = (
+    ("forbidden_paths",),
+    ("extra_forbidden_paths",),
+    ("policy", "write_scope"),
+    ("policy", "path_allow"),
+    ("policy", "path_deny"),
+)
+
+
+def _check_globs(data: Mapping[str, Any], label: str) -> None:
+    for keys in _GLOB_KEYS:
+        section: Any = data
+        for key in keys[:-1]:
+            section = section.get(key, {})
+        for index, pattern in enumerate(section.get(keys[-1], ())):
+            try:
+                compile_globs((pattern,))
+            except UsageError as exc:
+                cause = exc.__cause__
+                why = str(exc)
+                if isinstance(cause, re.error):
+                    why = f"{cause.msg}; escape a literal '[' or '{{' as '[[]' or '[{{]'"
+                shown = printable(pattern)[:80]
+                raise ConfigError(
+                    f"{label}: key '{'.'.join(keys)}.{index}': {shown!r} is not a valid glob "
+                    f"({why})"
+                ) from exc
 
 
 def _check_values(data: Mapping[str, Any], label: str) -> None:

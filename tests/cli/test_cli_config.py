@@ -127,3 +127,28 @@ def test_a_known_profile_on_the_command_line_still_works(capsys, workspace):
         == 0
     )
     assert "memory.read" in {t["name"] for t in json.loads(capsys.readouterr().out)}
+
+
+@pytest.mark.parametrize(
+    ("toml", "key", "why"),
+    [
+        (
+            "[policy]\npath_deny = ['src/**', '[z-a]']\n",
+            "policy.path_deny.1",
+            "bad character range",
+        ),
+        ("[policy]\npath_allow = ['a//b']\n", "policy.path_allow.0", "empty segment"),
+        ("[policy]\nwrite_scope = ['src/[z-a]']\n", "policy.write_scope.0", "bad character"),
+        ("extra_forbidden_paths = ['x[z-a]']\n", "extra_forbidden_paths.0", "bad character"),
+    ],
+)
+def test_an_invalid_glob_is_named_when_the_file_is_read(capsys, workspace, toml, key, why):
+    """It passed `config check` and then refused every call that takes a path with a
+    bare POLICY_ERROR (or a message listing twenty built-in patterns)."""
+    (workspace / "toolkernel.toml").write_text(toml)
+    code, _, err = check(capsys, workspace)
+    assert code == 2
+    assert f"key '{key}'" in err
+    assert "is not a valid glob" in err
+    assert why in err
+    assert str(workspace / "toolkernel.toml") in err
