@@ -164,8 +164,9 @@ def from_mapping(
         elif error.keyword == "additionalProperties":
             unexpected = error.details.get("unexpected") or ["?"]
             key = ".".join(filter(None, [key, str(unexpected[0])]))
-            raise ConfigError(f"{label}: key '{key}': unknown key")
-        raise ConfigError(f"{label}: key '{key or '(root)'}': {error.message[:300]}")
+            raise ConfigError(f"{label}: key '{_cut(key)}': unknown key")
+        # The message quotes the value (a 1e300 written out in 301 digits): its middle goes.
+        raise ConfigError(f"{label}: key '{_cut(key) or '(root)'}': {_cut(error.message, 160)}")
     _check_globs(data, label)
     where = f"{label}: key "
     if workspace is not None:
@@ -186,7 +187,7 @@ def from_mapping(
     profile = run.get("profile", "read-only")
     policy = _policy(data.get("policy", {}), data.get("budget", {}), data.get("rate_limits", {}))
     if profile not in policy.profiles:
-        raise ConfigError(f"{label}: key 'run.profile': no profile named '{profile}'")
+        raise ConfigError(f"{label}: key 'run.profile': no profile named '{_cut(profile)}'")
     exposure = (
         tuple(_exposure_rule(r) for r in data["exposure"])
         if "exposure" in data
@@ -235,6 +236,15 @@ def _check_regular_file(path: Path) -> None:
         raise ConfigError(f"{path}: cannot read the configuration (not a regular file)")
 
 
+def _cut(text: str, limit: int = 100) -> str:
+    """``text`` printable and at most about ``limit`` characters: its start and end."""
+    text = printable(text)
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}…{text[-half:]}"
+
+
 # Glob lists, compiled when a call needs them: a bad one is named here, not found later
 # as POLICY_ERROR on every call that takes a path.
 _GLOB_KEYS: Final = (
@@ -273,20 +283,24 @@ def _check_values(data: Mapping[str, Any], label: str) -> None:
     while pending:
         keys, value = pending.pop()
         if len(keys) > _MAX_DEPTH:
-            raise ConfigError(f"{label}: key '{keys[0]}': nested more than {_MAX_DEPTH} deep")
+            raise ConfigError(f"{label}: key '{_cut(keys[0])}': nested more than {_MAX_DEPTH} deep")
         if keys and "\0" in keys[-1]:
             named = ".".join(keys).replace("\0", "\\u0000")
-            raise ConfigError(f"{label}: key '{named}': a NUL character is not allowed")
+            raise ConfigError(f"{label}: key '{_cut(named)}': a NUL character is not allowed")
         if isinstance(value, str) and "\0" in value:
-            raise ConfigError(f"{label}: key '{'.'.join(keys)}': a NUL character is not allowed")
+            raise ConfigError(
+                f"{label}: key '{_cut('.'.join(keys))}': a NUL character is not allowed"
+            )
         if isinstance(value, Mapping):
             pending.extend(((*keys, str(k)), v) for k, v in value.items())
         elif isinstance(value, list):
             pending.extend(((*keys, str(i)), v) for i, v in enumerate(value))
         elif isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{label}: key '{'.'.join(keys)}': not a finite number")
+            raise ConfigError(f"{label}: key '{_cut('.'.join(keys))}': not a finite number")
         elif isinstance(value, date | time):
-            raise ConfigError(f"{label}: key '{'.'.join(keys)}': a date or time is not allowed")
+            raise ConfigError(
+                f"{label}: key '{_cut('.'.join(keys))}': a date or time is not allowed"
+            )
 
 
 def _mcp_servers(data: Mapping[str, Any] | None, base: Path) -> tuple[ServerConfig, ...]:

@@ -152,3 +152,19 @@ def test_an_invalid_glob_is_named_when_the_file_is_read(capsys, workspace, toml,
     assert "is not a valid glob" in err
     assert why in err
     assert str(workspace / "toolkernel.toml") in err
+
+
+@pytest.mark.parametrize(
+    ("toml", "key"),
+    [
+        ("k" * 100_000 + " = 1\n", "kkkk"),
+        ("[[mcp.servers]]\nname = 'x'\ncommand = ['true']\ntimeout_ms = 1e300\n", "timeout_ms"),
+        ("[run]\nprofile = '" + "p" * 100_000 + "'\n", "run.profile"),
+    ],
+)
+def test_a_config_error_quotes_a_huge_key_or_value_cut_short(capsys, workspace, toml, key):
+    (workspace / "toolkernel.toml").write_text(toml)
+    code, _, err = check(capsys, workspace)
+    assert code == 2
+    assert key in err
+    assert len(err) < 600
