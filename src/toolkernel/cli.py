@@ -46,6 +46,7 @@ from toolkernel.ledger import (
 )
 from toolkernel.replay import exchanges
 from toolkernel.run import Run
+from toolkernel.state import check_placement
 from toolkernel.terminal import json_text, printable
 
 __all__ = ["main"]
@@ -480,6 +481,7 @@ def _stored_ledger(args: argparse.Namespace) -> Iterator[Ledger | None]:
             empty file at its path is not a ledger.
     """
     config = _config(args)
+    check_placement(config)  # a configuration the kernel would refuse is refused here too
     if config.ledger.backend != "sqlite":
         try:
             opened = open_ledger(config, read_only=True)

@@ -218,7 +218,7 @@ def from_mapping(
             for i, p in enumerate(tools.get("definitions", ()))
         ),
         sandbox=dict(data.get("sandbox", {})),
-        mcp_servers=_mcp_servers(data.get("mcp"), base),
+        mcp_servers=_mcp_servers(data.get("mcp"), base, label),
         source=source,
     )
 
@@ -303,12 +303,17 @@ def _check_values(data: Mapping[str, Any], label: str) -> None:
             )
 
 
-def _mcp_servers(data: Mapping[str, Any] | None, base: Path) -> tuple[ServerConfig, ...]:
+def _mcp_servers(
+    data: Mapping[str, Any] | None, base: Path, label: str
+) -> tuple[ServerConfig, ...]:
     if not data:
         return ()
     from toolkernel.mcp.servers import parse_servers  # the mcp package imports the kernel
 
-    return tuple(parse_servers(data, base=base))
+    try:
+        return tuple(parse_servers(data, base=base))
+    except ConfigError as exc:
+        raise ConfigError(f"{label}: {exc}") from None
 
 
 def _resolve(root: Path, value: str, where: str) -> Path:

@@ -28,13 +28,17 @@ def check_placement(config: Config) -> None:
         ConfigError: either placement, or a path the system cannot look up (a
             ``Config`` built by hand; ``load_config`` refuses those itself).
     """
+    # Named as every configuration error is: the file, then the key.
+    where = f"{config.source}: key " if config.source is not None else ""
     workspace = _resolved(config.workspace, "workspace")
     if _resolved(config.state_dir, "state_dir") == workspace:
-        raise ConfigError("state_dir: the state needs a directory of its own, not the workspace")
+        raise ConfigError(
+            f"{where}'state_dir': the state needs a directory of its own, not the workspace"
+        )
     ledger = _resolved(config.ledger_path, "ledger.path")
     if config.ledger.backend == "sqlite" and ledger.parent == workspace:
         raise ConfigError(
-            "ledger.path: put the ledger in a directory of its own (e.g. "
+            f"{where}'ledger.path': put the ledger in a directory of its own (e.g. "
             "'.toolkernel/ledger.db'), not in the workspace root"
         )
 

@@ -168,3 +168,31 @@ def test_a_config_error_quotes_a_huge_key_or_value_cut_short(capsys, workspace, 
     assert code == 2
     assert key in err
     assert len(err) < 600
+
+
+@pytest.mark.parametrize(
+    ("toml", "key"),
+    [
+        ("[ledger]\npath = 'ledger.db'\n", "ledger.path"),
+        ("state_dir = '.'\n", "state_dir"),
+        (
+            "[[mcp.servers]]\nname = 'a'\ncommand = ['true']\n"
+            "[[mcp.servers]]\nname = 'a'\ncommand = ['true']\n",
+            "mcp.servers[1].name",
+        ),
+    ],
+)
+def test_every_config_error_names_the_file(capsys, workspace, toml, key):
+    (workspace / "toolkernel.toml").write_text(toml)
+    code, _, err = check(capsys, workspace)
+    assert code == 2
+    assert f"{workspace / 'toolkernel.toml'}: key '{key}'" in err
+
+
+def test_ledger_verify_refuses_a_configuration_the_kernel_refuses(capsys, workspace):
+    """It said "no ledger" (exit 1) for a ledger placed where no kernel may keep one."""
+    (workspace / "toolkernel.toml").write_text("[ledger]\npath = 'ledger.db'\n")
+    code = main(["ledger", "verify", "--workspace", str(workspace)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "ledger.path" in err
