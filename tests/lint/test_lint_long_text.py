@@ -75,3 +75,20 @@ def test_repetitive_text_near_the_patterns_is_read_in_linear_time(
 ) -> None:
     assert len(text) <= MAX_TEXT_CHARS
     assert {rule for rule, severity, _ in scan_text(text) if severity is Severity.ERROR} == rules
+
+
+def test_a_huge_property_name_is_quoted_cut_short() -> None:
+    """D003/D004 quoted a 1,000,000-character property name whole in their message."""
+    name = "k" * 1_000_000
+    tool = {
+        "name": "s.k",
+        "description": "Keeps things.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {name: {"type": "string"}, "n" + name: {"type": "array"}},
+        },
+    }
+    found = {f.rule: f.message for f in lint_definition(tool) if f.rule in ("D003", "D004")}
+    assert set(found) == {"D003", "D004"}
+    assert all(len(message) < 120 for message in found.values())
+    assert "'kkkk" in found["D003"]

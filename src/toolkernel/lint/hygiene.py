@@ -226,8 +226,11 @@ def _bounded_arrays(view: ToolView) -> Iterator[Finding]:
 
 
 def _label(pointer: str) -> str:
+    """The property a pointer ends at, quoted at most ~60 characters as lint quotes."""
     last = pointer.rsplit("/", 1)[-1]
-    return "input" if last in {"inputSchema", "parameters", "input_schema"} else repr(last)
+    if last in {"inputSchema", "parameters", "input_schema"}:
+        return "input"
+    return repr(last) if len(last) <= 60 else f"{last[:60]!r}…"
 
 
 def _has_precondition(schema: Any) -> bool:
