@@ -333,6 +333,11 @@ class Kernel:
         self._inflight_lock = threading.Lock()  # runs on other threads' loops share it
         self._claims = KeyClaims(self.ledger)  # the same keys, across processes
         self._generation = 0
+        # Runs with calls in flight (batches per run), so that close() can stop them and
+        # close the ledger after their results are recorded.
+        self._batches_lock = threading.Lock()
+        self._batches: dict[Run, int] = {}
+        self._closing = False
         self._withdrawn: dict[str, str] = {}  # name -> why it was withdrawn (unregister)
         self._tool_listeners: list[Callable[[], None]] = []
         self._provider_names: dict[str, str] = {}  # provider spelling -> tool name
@@ -586,6 +591,21 @@ class Kernel:
         return anyio.run(lambda: self.call(run, tool_name, arguments, **fields))
 
     def close(self) -> None:
+        """Close the kernel: no call starts after this. Calls in flight are cancelled
+        (CANCELLED/RUNTIME_STOPPED) and their results recorded; the ledger is closed
+        when the last of them has finished, at once when none is running.
+        Closing twice is harmless."""
+        with self._batches_lock:
+            if self._closing:
+                return
+            self._closing = True
+            running = list(self._batches)
+        for run in running:
+            run.cancel(ErrorCode.RUNTIME_STOPPED)
+        if not running:
+            self._shut_down()
+
+    def _shut_down(self) -> None:
         self._native.close()
         self._claims.close()
         self.ledger.close()
@@ -613,89 +633,104 @@ class Kernel:
         owned: Collection[str] = (),
     ) -> list[ToolCallResult]:
         """The calls of one segment; ``owned`` are ids its turn already holds in the run."""
-        running = _RUNNING.get()
-        while running is not None:  # up the chain of calls (run None: that one ended)
-            if running.run is run:
-                raise UsageError(
-                    "a tool called the kernel on a run it is running in, which would wait "
-                    "for itself; give the nested call a run of its own (kernel.start_run())"
-                )
-            running = running.outer
-        # An id already open in the run would make its calls indistinguishable (in the
-        # ledger, to cancel_call): a repeat is refused, the first keeps the id.
-        named: list[str] = []
-        repeated = set(repeats)
-        for index, call in enumerate(batch):
-            if index in repeated:
-                continue
-            if call.tool_call_id and (
-                call.tool_call_id in named
-                or (call.tool_call_id not in owned and run.has_call(call.tool_call_id))
-            ):
-                repeated.add(index)
-            elif call.tool_call_id:
-                named.append(call.tool_call_id)
-                run.proposed(call.tool_call_id)  # cancellable while it waits its turn
+        with self._batches_lock:  # close() waits for the batches in flight
+            if self._closing:
+                raise UsageError("the kernel is closed; calls go to a kernel that is open")
+            self._batches[run] = self._batches.get(run, 0) + 1
         try:
-            await run.gate.acquire(exclusive)
-        except BaseException:
-            for call_id in named:  # never admitted: nothing of them is kept
-                run.finished(call_id)
-            raise
-        journal = _Journal(self.ledger, run.id, self._inflight, self._claims)
-        try:
-            admissions = [
-                self._refuse_repeated_id(run, call, journal)
-                if index in repeated
-                else await self._admit(run, call, journal, approver, exclusive)
-                for index, call in enumerate(batch)
-            ]
-            finished: list[_Finished | None] = [None] * len(admissions)
-
-            async def execute(index: int, admitted: _Admitted | _Duplicate) -> None:
-                if isinstance(admitted, _Duplicate):
-                    if not admitted.in_batch:
-                        await admitted.inflight.wait()
-                    return
-                await run.acquire_read_slot()
-                try:
-                    outcome = await self._execute(run, admitted, on_progress)
-                finally:
-                    run.reads.release()
-                # Finished at once, not with the batch: a duplicate of its key that
-                # waits in another batch may be what that batch waits for.
-                finished[index] = self._finish(admitted, outcome)
-
-            pending = [
-                (i, a) for i, a in enumerate(admissions) if not isinstance(a, ToolCallResult)
-            ]
-            if len(pending) == 1:
-                await execute(*pending[0])
-            elif pending:
-                async with anyio.create_task_group() as group:
-                    for index, admitted in pending:
-                        group.start_soon(execute, index, admitted)
-            results = [
-                self._conclude(admission, finished[i], journal)
-                for i, admission in enumerate(admissions)
-            ]
-            # The result of a call that changed something is stored before it returns.
-            journal.flush(durable=exclusive)
-        except BaseException as exc:
-            journal.conclude_interrupted(exc)
-            raise
-        finally:
+            running = _RUNNING.get()
+            while running is not None:  # up the chain of calls (run None: that one ended)
+                if running.run is run:
+                    raise UsageError(
+                        "a tool called the kernel on a run it is running in, which would wait "
+                        "for itself; give the nested call a run of its own (kernel.start_run())"
+                    )
+                running = running.outer
+            # An id already open in the run would make its calls indistinguishable (in the
+            # ledger, to cancel_call): a repeat is refused, the first keeps the id.
+            named: list[str] = []
+            repeated = set(repeats)
+            for index, call in enumerate(batch):
+                if index in repeated:
+                    continue
+                if call.tool_call_id and (
+                    call.tool_call_id in named
+                    or (call.tool_call_id not in owned and run.has_call(call.tool_call_id))
+                ):
+                    repeated.add(index)
+                elif call.tool_call_id:
+                    named.append(call.tool_call_id)
+                    run.proposed(call.tool_call_id)  # cancellable while it waits its turn
             try:
-                journal.flush()  # what was decided before an error is still recorded
-            finally:
-                if journal.held:
-                    journal.release_keys()  # their results are in the ledger now
-                run.gate.release(exclusive)
-                for call_id in journal.call_ids:  # calls a cancellation cut short too
-                    self._received.pop((run.id, call_id), None)
-                for call_id in (*journal.call_ids, *named):
+                await run.gate.acquire(exclusive)
+            except BaseException:
+                for call_id in named:  # never admitted: nothing of them is kept
                     run.finished(call_id)
-        return results
+                raise
+            journal = _Journal(self.ledger, run.id, self._inflight, self._claims)
+            try:
+                admissions = [
+                    self._refuse_repeated_id(run, call, journal)
+                    if index in repeated
+                    else await self._admit(run, call, journal, approver, exclusive)
+                    for index, call in enumerate(batch)
+                ]
+                finished: list[_Finished | None] = [None] * len(admissions)
+
+                async def execute(index: int, admitted: _Admitted | _Duplicate) -> None:
+                    if isinstance(admitted, _Duplicate):
+                        if not admitted.in_batch:
+                            await admitted.inflight.wait()
+                        return
+                    await run.acquire_read_slot()
+                    try:
+                        outcome = await self._execute(run, admitted, on_progress)
+                    finally:
+                        run.reads.release()
+                    # Finished at once, not with the batch: a duplicate of its key that
+                    # waits in another batch may be what that batch waits for.
+                    finished[index] = self._finish(admitted, outcome)
+
+                pending = [
+                    (i, a) for i, a in enumerate(admissions) if not isinstance(a, ToolCallResult)
+                ]
+                if len(pending) == 1:
+                    await execute(*pending[0])
+                elif pending:
+                    async with anyio.create_task_group() as group:
+                        for index, admitted in pending:
+                            group.start_soon(execute, index, admitted)
+                results = [
+                    self._conclude(admission, finished[i], journal)
+                    for i, admission in enumerate(admissions)
+                ]
+                # The result of a call that changed something is stored before it returns.
+                journal.flush(durable=exclusive)
+            except BaseException as exc:
+                journal.conclude_interrupted(exc)
+                raise
+            finally:
+                try:
+                    journal.flush()  # what was decided before an error is still recorded
+                finally:
+                    if journal.held:
+                        journal.release_keys()  # their results are in the ledger now
+                    run.gate.release(exclusive)
+                    for call_id in journal.call_ids:  # calls a cancellation cut short too
+                        self._received.pop((run.id, call_id), None)
+                    for call_id in (*journal.call_ids, *named):
+                        run.finished(call_id)
+            return results
+        finally:
+            with self._batches_lock:
+                left = self._batches[run] - 1
+                if left:
+                    self._batches[run] = left
+                else:
+                    del self._batches[run]
+                last = self._closing and not self._batches
+            if last:
+                self._shut_down()
 
     # -- the pipeline ----------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from toolkernel.codes import ErrorCode, Status
 from toolkernel.context import ToolContext
 from toolkernel.definition import ExecutionMode, RetryPolicy
 from toolkernel.dispatch import NativeAdapter, Outcome
-from toolkernel.errors import ToolFailed
+from toolkernel.errors import ToolFailed, UsageError
 from toolkernel.functions import FunctionTool, tool
 from toolkernel.kernel import Kernel
 from toolkernel.ledger import EventType
@@ -1328,3 +1328,52 @@ async def test_the_pool_never_runs_more_sync_tools_than_max_threads_once_they_re
     results = await kernel.call_many(run, [ToolCall("job.count", {}) for _ in range(4)])
     assert all(r.status is Status.SUCCEEDED for r in results)
     assert most == 1
+
+
+async def test_closing_the_kernel_stops_calls_in_flight_and_records_them(kernel_factory):
+    """close() returned at once and closed the ledger under running calls: they raised
+    LedgerError, a READ_ONLY call left no events, a mutating one no RESULT."""
+    started = anyio.Event()
+
+    @tool("job.slow_read")
+    async def slow_read() -> str:
+        """Read slowly."""
+        started.set()
+        await anyio.sleep(30)
+        return "late"
+
+    @tool("job.slow_write", mutating=True)
+    def slow_write(ctx: ToolContext) -> str:
+        """Write slowly, watching the token."""
+        ctx.token.wait(30)
+        return "late"
+
+    kernel = kernel_factory()
+    kernel.register(slow_read)
+    kernel.register(slow_write)
+    reading, writing = kernel.start_run(), kernel.start_run(profile="full")
+    results: dict[str, ToolCallResult] = {}
+
+    async def call(run: Run, name: str) -> None:
+        results[name] = await kernel.call(run, name, {})
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as group:
+            group.start_soon(call, reading, "job.slow_read")
+            group.start_soon(call, writing, "job.slow_write")
+            await started.wait()
+            await anyio.sleep(0.1)
+            kernel.close()
+    for name, result in results.items():
+        assert (result.status, result.error_code) == (
+            Status.CANCELLED,
+            ErrorCode.RUNTIME_STOPPED,
+        ), name
+    with pytest.raises(UsageError, match="closed"):
+        await kernel.call(reading, "job.slow_read", {})
+    reopened = kernel_factory()  # the same workspace and ledger file
+    for run in (reading, writing):
+        types = event_types(reopened.ledger.events(run.id))
+        assert types[-1] is EventType.TOOL_CALL_RESULT
+        assert types.count(EventType.TOOL_CALL_REQUEST) == 1
+    assert reopened.ledger.verify().ok
