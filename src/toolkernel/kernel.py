@@ -1315,6 +1315,13 @@ class Kernel:
                     answer = await ask(approver, held)
         except Exception as exc:  # noqa: BLE001 - a broken approver must not approve
             answer = ApprovalDecision(False, "error", f"approver failed: {type(exc).__name__}")
+        except BaseException:
+            # The caller was cancelled (or interrupted) while the human was asked: the
+            # hold ends denied by the runtime in the ledger too, before the call's RESULT.
+            payload = {"approver": answer.approver, "note": answer.note}
+            denied = NewEvent(EventType.APPROVAL_DENIED, payload, request.tool_call_id)
+            journal.write([denied])
+            raise
         kind = EventType.APPROVAL_GRANTED if answer.approved else EventType.APPROVAL_DENIED
         events.append(
             NewEvent(

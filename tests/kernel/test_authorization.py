@@ -471,6 +471,33 @@ async def test_a_call_cancelled_while_a_sync_approver_blocks_returns_at_once(ker
     assert (result.status, result.error_code) == (Status.CANCELLED, ErrorCode.USER_CANCELLED)
 
 
+async def test_a_caller_cancelled_while_a_human_is_asked_leaves_the_hold_denied(kernel_factory):
+    """Cancelling the caller's task (a timeout around the call) ended the hold with no
+    decision event; run.cancel already recorded APPROVAL_DENIED by the runtime."""
+    release = threading.Event()
+
+    def human(_request: ApprovalRequest) -> ApprovalDecision:
+        release.wait(10)
+        return ApprovalDecision(True, "human")
+
+    kernel = kernel_factory(NETWORK_ASK, approver=human)
+    run = kernel.start_run()
+    try:
+        with anyio.move_on_after(0.3):
+            await kernel.call(run, "web.fetch", {"url": "https://example.org"})
+    finally:
+        release.set()
+    events = kernel.ledger.events(run.id)
+    assert [e.type for e in events] == [
+        EventType.TOOL_CALL_REQUEST,
+        EventType.APPROVAL_REQUESTED,
+        EventType.APPROVAL_DENIED,
+        EventType.TOOL_CALL_RESULT,
+    ]
+    assert events[2].payload["approver"] == "runtime"
+    assert events[3].payload["result"]["errorCode"] == ErrorCode.USER_CANCELLED
+
+
 async def test_run_state_rule_denies_with_its_own_code(kernel_factory):
     kernel = kernel_factory(
         """
