@@ -336,7 +336,7 @@ class Kernel:
         # Runs with calls in flight (batches per run), so that close() can stop them and
         # close the ledger after their results are recorded.
         self._batches_lock = threading.Lock()
-        self._batches: dict[Run, int] = {}
+        self._batches: dict[Run, tuple[int, int]] = {}  # batches in flight, their thread
         self._closing = False
         self._withdrawn: dict[str, str] = {}  # name -> why it was withdrawn (unregister)
         self._tool_listeners: list[Callable[[], None]] = []
@@ -633,10 +633,20 @@ class Kernel:
         owned: Collection[str] = (),
     ) -> list[ToolCallResult]:
         """The calls of one segment; ``owned`` are ids its turn already holds in the run."""
+        thread = threading.get_ident()
         with self._batches_lock:  # close() waits for the batches in flight
             if self._closing:
                 raise UsageError("the kernel is closed; calls go to a kernel that is open")
-            self._batches[run] = self._batches.get(run, 0) + 1
+            active = self._batches.get(run)
+            if active is not None and active[1] != thread:
+                # Its gate belongs to the event loop of that thread: this call would
+                # wait on it forever.
+                raise UsageError(
+                    f"run {run.id} has calls in flight in another thread; a run belongs to "
+                    "one event loop at a time: give each thread a run of its own "
+                    "(kernel.start_run())"
+                )
+            self._batches[run] = (active[0] + 1 if active else 1, thread)
         try:
             running = _RUNNING.get()
             while running is not None:  # up the chain of calls (run None: that one ended)
@@ -723,9 +733,9 @@ class Kernel:
             return results
         finally:
             with self._batches_lock:
-                left = self._batches[run] - 1
+                left = self._batches[run][0] - 1
                 if left:
-                    self._batches[run] = left
+                    self._batches[run] = (left, thread)
                 else:
                     del self._batches[run]
                 last = self._closing and not self._batches

@@ -1377,3 +1377,36 @@ async def test_closing_the_kernel_stops_calls_in_flight_and_records_them(kernel_
         assert types[-1] is EventType.TOOL_CALL_RESULT
         assert types.count(EventType.TOOL_CALL_REQUEST) == 1
     assert reopened.ledger.verify().ok
+
+
+def test_a_run_used_from_two_threads_at_once_is_a_usage_error_not_a_hang(kernel_factory):
+    """Its gate belongs to the event loop of the first thread: the second waited on it
+    forever (both threads stuck). Documented as unsupported; now it says so."""
+    entered, release = threading.Event(), threading.Event()
+
+    @tool("job.hold")
+    def hold() -> str:
+        """Hold until released."""
+        entered.set()
+        release.wait(10)
+        return "held"
+
+    kernel = kernel_factory()
+    kernel.register(hold)
+    run = kernel.start_run()
+    outcome: list[object] = []
+    first = threading.Thread(target=lambda: outcome.append(kernel.call_sync(run, "job.hold")))
+    first.start()
+    try:
+        assert entered.wait(10)
+        with pytest.raises(UsageError, match="another thread"):
+            kernel.call_sync(run, "job.hold")
+    finally:
+        release.set()
+        first.join(10)
+    assert not first.is_alive()
+    [result] = outcome
+    assert isinstance(result, ToolCallResult)
+    assert result.status is Status.SUCCEEDED
+    # One thread after the other is fine, as it always was.
+    assert kernel.call_sync(run, "job.hold").status is Status.SUCCEEDED
