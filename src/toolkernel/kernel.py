@@ -633,6 +633,14 @@ class Kernel:
         owned: Collection[str] = (),
     ) -> list[ToolCallResult]:
         """The calls of one segment; ``owned`` are ids its turn already holds in the run."""
+        running = _RUNNING.get()
+        while running is not None:  # up the chain of calls (run None: that one ended)
+            if running.run is run:
+                raise UsageError(
+                    "a tool called the kernel on a run it is running in, which would wait "
+                    "for itself; give the nested call a run of its own (kernel.start_run())"
+                )
+            running = running.outer
         thread = threading.get_ident()
         with self._batches_lock:  # close() waits for the batches in flight
             if self._closing:
@@ -648,14 +656,6 @@ class Kernel:
                 )
             self._batches[run] = (active[0] + 1 if active else 1, thread)
         try:
-            running = _RUNNING.get()
-            while running is not None:  # up the chain of calls (run None: that one ended)
-                if running.run is run:
-                    raise UsageError(
-                        "a tool called the kernel on a run it is running in, which would wait "
-                        "for itself; give the nested call a run of its own (kernel.start_run())"
-                    )
-                running = running.outer
             # An id already open in the run would make its calls indistinguishable (in the
             # ledger, to cancel_call): a repeat is refused, the first keeps the id.
             named: list[str] = []
