@@ -1495,7 +1495,7 @@ def _storable(call: ToolCall) -> ToolCall:
     changes = {}
     for name in _TEXT_FIELDS:
         text = getattr(call, name)
-        if text is None:
+        if text is None and name != "tool_name":  # the name is required, the rest not
             continue
         if not isinstance(text, str):
             # The caller's mistake, not the model's: nothing is recorded or run.
@@ -1518,6 +1518,8 @@ def _recorded_result(event: Event) -> ToolCallResult | None:
 
 def _is_exclusive(registry: Registry, call: ToolCall) -> bool:
     """Whether the call must run alone (anything but READ_ONLY; unknown tools are not)."""
+    if not isinstance(call.tool_name, str):
+        return False  # the caller's mistake: _storable says so, clearly
     tool = registry.find(call.tool_name, call.version)
     return tool is not None and tool.definition.concurrency_group is not ConcurrencyGroup.READ_ONLY
 

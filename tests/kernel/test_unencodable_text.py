@@ -93,3 +93,13 @@ def test_mappings_nested_too_deep_or_in_a_cycle_are_refused(kernel_factory):
     for arguments in (deep, looped):
         result = kernel.call_sync(run, "repo.lookup", arguments)
         assert result.error_code is ErrorCode.NESTING_TOO_DEEP
+
+
+@pytest.mark.parametrize("name", [None, 123, b"repo.lookup"])
+def test_a_tool_name_that_is_not_text_is_named_as_the_callers_mistake(kernel_factory, name):
+    """None reached the registry first and raised "'NoneType' object is not iterable"."""
+    kernel = kernel_factory()
+    run = kernel.start_run()
+    with pytest.raises(TypeError, match=r"ToolCall\.tool_name must be a string"):
+        kernel.call_sync(run, name, {})
+    assert kernel.ledger.verify().unfinished == []
