@@ -147,12 +147,7 @@ _NETRC_LOGIN: Final = re.compile(r"\blogin[ \t]+\S+\s+\Z")
 _LABEL: Final = re.compile(r"(?i)pass|pwd|secret|token|key")
 _HEX: Final = re.compile(r"[0-9a-fA-F]+")
 _NON_VALUES: Final = frozenset(
-    (
-        *("null", "none", "nil", "undefined", "true", "false", "''", '""', "***", "changeme"),
-        # Prose after "is": "Property 'password' is not accepted", "the secret is required".
-        *("not", "required", "optional", "missing", "invalid", "incorrect", "wrong"),
-        *("empty", "set", "unset", "expired", "a", "an", "the", "too", "also", "now", "still"),
-    )
+    ("null", "none", "nil", "undefined", "true", "false", "''", '""', "***", "changeme")
 )
 _UUID: Final = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
 
@@ -175,8 +170,14 @@ _WEAK: Final = (
 # The rest of an identifier around a keyword: ``AWS_SECRET_ACCESS_KEY``, ``db.password``.
 _IDENT_TAIL: Final = r"[A-Za-z0-9_.-]{0,40}+"
 # Binders between a key and its value, in config, code, env files, YAML and JSON.
+# "is" binds a value, but not a word of prose after it ("Property 'password' is not
+# accepted", "the secret is required"): such a word is never the secret.
+_PROSE_AFTER_IS: Final = (
+    r"(?![ \t]+(?i:not|required|optional|missing|invalid|incorrect|wrong|empty|unset"
+    r"|expired|an?|the|too|also|now|still|being|used|stored|set)\b)"
+)
 _BIND: Final = (
-    r"""(?:["'`]?\]?[ \t]*(?:=>|:=|==|!=|=|:|\bis\b)[ \t]*"""
+    rf"""(?:["'`]?\]?[ \t]*(?:=>|:=|==|!=|=|:|\bis\b{_PROSE_AFTER_IS})[ \t]*"""
     # ``define('DB_PASSWORD', 'x')``, ``setdefault("API_KEY", "x")``: key, comma, value.
     r"""|["'][ \t]*,[ \t]*(?=["'])["']?)"""
 )
