@@ -1322,15 +1322,17 @@ class Kernel:
         try:
             async with aside:
                 with run.asking(request.tool_call_id):
-                    answer = await ask(approver, held)
+                    answer = await ask(approver, held)  # else stays the runtime's denial
         except Exception as exc:  # noqa: BLE001 - a broken approver must not approve
             answer = ApprovalDecision(False, "error", f"approver failed: {type(exc).__name__}")
         except BaseException:
-            # The caller was cancelled (or interrupted) while the human was asked: the
-            # hold ends denied by the runtime in the ledger too, before the call's RESULT.
+            # The caller was cancelled (or interrupted) while the human was asked, or
+            # after the answer, while the call waited to go on: the ledger says what
+            # was decided (the human's answer, or the runtime's denial) before the
+            # call's RESULT.
+            kind = EventType.APPROVAL_GRANTED if answer.approved else EventType.APPROVAL_DENIED
             payload = {"approver": answer.approver, "note": answer.note}
-            denied = NewEvent(EventType.APPROVAL_DENIED, payload, request.tool_call_id)
-            journal.write([denied])
+            journal.write([NewEvent(kind, payload, request.tool_call_id)])
             raise
         kind = EventType.APPROVAL_GRANTED if answer.approved else EventType.APPROVAL_DENIED
         events.append(

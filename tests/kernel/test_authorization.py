@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import replace
+from functools import partial
 
 import anyio
 import pytest
@@ -496,6 +497,45 @@ async def test_a_caller_cancelled_while_a_human_is_asked_leaves_the_hold_denied(
     ]
     assert events[2].payload["approver"] == "runtime"
     assert events[3].payload["result"]["errorCode"] == ErrorCode.USER_CANCELLED
+
+
+async def test_a_grant_followed_by_the_callers_cancel_is_recorded_as_granted(kernel_factory):
+    """The human approved; the caller gave up while the call waited for the run's turn
+    (another call held it). The ledger said APPROVAL_DENIED by the human, a review found."""
+    holding = threading.Event()
+
+    def human(_request: ApprovalRequest) -> ApprovalDecision:
+        holding.wait(5)  # answers once the other call holds the run
+        return ApprovalDecision(True, "human", "ok by me")
+
+    @tool("slow.write", mutating=True)
+    async def slow_write() -> str:
+        """Hold the run's turn a while."""
+        holding.set()
+        await anyio.sleep(1.0)
+        return "done"
+
+    kernel = kernel_factory(NETWORK_ASK, approver=human)
+    kernel.register(slow_write)
+    run = kernel.start_run()
+
+    async def ask_and_give_up() -> None:
+        with anyio.move_on_after(0.5):
+            await kernel.call(run, "web.fetch", {"url": "https://example.org"}, tool_call_id="A")
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(ask_and_give_up)
+        await anyio.sleep(0.1)  # A is held for approval, its turn given up meanwhile
+        group.start_soon(partial(kernel.call, run, "slow.write", {}, tool_call_id="B"))
+    held = [e for e in kernel.ledger.events(run.id) if e.tool_call_id == "A"]
+    assert [e.type for e in held] == [
+        EventType.TOOL_CALL_REQUEST,
+        EventType.APPROVAL_REQUESTED,
+        EventType.APPROVAL_GRANTED,
+        EventType.TOOL_CALL_RESULT,
+    ]
+    assert held[2].payload == {"approver": "human", "note": "ok by me"}
+    assert held[3].payload["result"]["errorCode"] == ErrorCode.USER_CANCELLED
 
 
 async def test_run_state_rule_denies_with_its_own_code(kernel_factory):
