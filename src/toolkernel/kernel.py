@@ -551,6 +551,7 @@ class Kernel:
                 repeats.add(position)
             elif call.tool_call_id:
                 seen.add(call.tool_call_id)
+        self._enter(run)  # the whole turn: a close meanwhile stops its later segments too
         for call_id in seen:
             run.proposed(call_id)
         pending = set(seen)  # ids of segments still to run (once run, they are free)
@@ -572,6 +573,7 @@ class Kernel:
             # freed may be another turn's by now, and is not touched.
             for call_id in pending:
                 run.finished(call_id)
+            self._leave(run)
         return results
 
     def call_sync(
@@ -606,9 +608,44 @@ class Kernel:
             self._shut_down()
 
     def _shut_down(self) -> None:
-        self._native.close()
-        self._claims.close()
-        self.ledger.close()
+        try:
+            self._native.close()
+            self._claims.close()
+        finally:
+            self.ledger.close()
+
+    def _enter(self, run: Run) -> None:
+        """Count a batch (or a turn) of ``run`` in flight: close() waits for it."""
+        thread = threading.get_ident()
+        with self._batches_lock:
+            active = self._batches.get(run)
+            if self._closing and active is None:  # a turn already in flight goes on
+                raise UsageError("the kernel is closed; calls go to a kernel that is open")
+            if active is not None and active[1] != thread:
+                # Its gate belongs to the event loop of that thread: this call would
+                # wait on it forever.
+                raise UsageError(
+                    f"run {run.id} has calls in flight in another thread; a run belongs to "
+                    "one event loop at a time: give each thread a run of its own "
+                    "(kernel.start_run())"
+                )
+            self._batches[run] = (active[0] + 1 if active else 1, thread)
+
+    def _leave(self, run: Run) -> None:
+        """The end of what ``_enter`` counted; the last one out of a closing kernel
+        closes the ledger (a failure there is logged: the calls' results stand)."""
+        with self._batches_lock:
+            count, thread = self._batches[run]
+            if count > 1:
+                self._batches[run] = (count - 1, thread)
+            else:
+                del self._batches[run]
+            last = self._closing and not self._batches
+        if last:
+            try:
+                self._shut_down()
+            except Exception:  # noqa: BLE001 - close() has returned; nobody else to tell
+                _log.exception("closing the kernel after its last call failed")
 
     def __enter__(self) -> Self:
         return self
@@ -641,20 +678,7 @@ class Kernel:
                     "for itself; give the nested call a run of its own (kernel.start_run())"
                 )
             running = running.outer
-        thread = threading.get_ident()
-        with self._batches_lock:  # close() waits for the batches in flight
-            if self._closing:
-                raise UsageError("the kernel is closed; calls go to a kernel that is open")
-            active = self._batches.get(run)
-            if active is not None and active[1] != thread:
-                # Its gate belongs to the event loop of that thread: this call would
-                # wait on it forever.
-                raise UsageError(
-                    f"run {run.id} has calls in flight in another thread; a run belongs to "
-                    "one event loop at a time: give each thread a run of its own "
-                    "(kernel.start_run())"
-                )
-            self._batches[run] = (active[0] + 1 if active else 1, thread)
+        self._enter(run)
         try:
             # An id already open in the run would make its calls indistinguishable (in the
             # ledger, to cancel_call): a repeat is refused, the first keeps the id.
@@ -732,15 +756,7 @@ class Kernel:
                         run.finished(call_id)
             return results
         finally:
-            with self._batches_lock:
-                left = self._batches[run][0] - 1
-                if left:
-                    self._batches[run] = (left, thread)
-                else:
-                    del self._batches[run]
-                last = self._closing and not self._batches
-            if last:
-                self._shut_down()
+            self._leave(run)
 
     # -- the pipeline ----------------------------------------------------------------
 

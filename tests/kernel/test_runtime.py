@@ -1410,3 +1410,77 @@ def test_a_run_used_from_two_threads_at_once_is_a_usage_error_not_a_hang(kernel_
     assert result.status is Status.SUCCEEDED
     # One thread after the other is fine, as it always was.
     assert kernel.call_sync(run, "job.hold").status is Status.SUCCEEDED
+
+
+async def test_closing_during_a_turn_stops_its_later_segments_too(kernel_factory):
+    """call_many of two mutating calls runs them one segment at a time: the second
+    segment found the ledger closed, the turn raised, and the second call left no
+    record (a review found it)."""
+    started = anyio.Event()
+
+    @tool("job.write_slowly", mutating=True)
+    async def write_slowly() -> str:
+        """Write slowly."""
+        started.set()
+        await anyio.sleep(30)
+        return "late"
+
+    kernel = kernel_factory()
+    kernel.register(write_slowly)
+    run = kernel.start_run(profile="full")
+    turn = [ToolCall("job.write_slowly", {}, tool_call_id=f"c{n}") for n in (1, 2)]
+    outcome: list[ToolCallResult] = []
+
+    async def take_turn() -> None:
+        outcome.extend(await kernel.call_many(run, turn))
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as group:
+            group.start_soon(take_turn)
+            await started.wait()
+            kernel.close()
+    assert [(r.tool_call_id, r.status, r.error_code) for r in outcome] == [
+        ("c1", Status.CANCELLED, ErrorCode.RUNTIME_STOPPED),
+        ("c2", Status.CANCELLED, ErrorCode.RUNTIME_STOPPED),
+    ]
+    reopened = kernel_factory()
+    recorded = [(e.tool_call_id, e.type) for e in reopened.ledger.events(run.id)]
+    assert ("c2", EventType.TOOL_CALL_RESULT) in recorded
+    assert reopened.ledger.verify().ok
+
+
+async def test_a_failure_closing_the_ledger_does_not_replace_a_recorded_result(
+    kernel_factory, caplog
+):
+    started = anyio.Event()
+
+    @tool("job.read_slowly")
+    async def read_slowly() -> str:
+        """Read slowly."""
+        started.set()
+        await anyio.sleep(30)
+        return "late"
+
+    kernel = kernel_factory()
+    kernel.register(read_slowly)
+    run = kernel.start_run()
+    close_ledger = kernel.ledger.close
+
+    def broken_close() -> None:
+        close_ledger()
+        raise OSError("the disk went away")
+
+    kernel.ledger.close = broken_close  # type: ignore[method-assign]
+    outcome: list[ToolCallResult] = []
+
+    async def call() -> None:
+        outcome.append(await kernel.call(run, "job.read_slowly", {}))
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as group:
+            group.start_soon(call)
+            await started.wait()
+            kernel.close()
+    [result] = outcome
+    assert (result.status, result.error_code) == (Status.CANCELLED, ErrorCode.RUNTIME_STOPPED)
+    assert any("closing the kernel" in r.getMessage() for r in caplog.records)
