@@ -92,3 +92,6 @@ def test_a_huge_property_name_is_quoted_cut_short() -> None:
     assert set(found) == {"D003", "D004"}
     assert all(len(message) < 120 for message in found.values())
     assert "'kkkk" in found["D003"]
+    tool["inputSchema"]["properties"] = {"\u202e" * 1000: {"type": "string"}}
+    (bidi,) = [f.message for f in lint_definition(tool) if f.rule == "D003"]
+    assert len(bidi) < 120  # escaped first (6 characters each), then cut

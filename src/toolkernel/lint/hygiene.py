@@ -230,7 +230,8 @@ def _label(pointer: str) -> str:
     last = pointer.rsplit("/", 1)[-1]
     if last in {"inputSchema", "parameters", "input_schema"}:
         return "input"
-    return repr(last) if len(last) <= 60 else f"{last[:60]!r}…"
+    quoted = repr(last)  # escapes what a terminal would act on: cut after, not before
+    return quoted if len(quoted) <= 62 else f"{quoted[:60]}…"
 
 
 def _has_precondition(schema: Any) -> bool:
