@@ -72,7 +72,7 @@ _BLOCK: Final = 1 << 16
 # Segments cannot hold "/", so the greedy match never backtracks: possessive
 # quantifiers give the same matches without sre's backtracking bookkeeping.
 _HOST_PATH: Final = re.compile(
-    r"/(?:(?<![\w.~/%-]/)|(?<=file:///))[\w.@+-]++/(?:[\w.@+-]++/)*+[\w.@+-]*+"
+    r"/(?:(?<![\w.~/%-]/)|(?<=file:///)|(?<=\\[nrtbf]/))[\w.@+-]++/(?:[\w.@+-]++/)*+[\w.@+-]*+"
 )
 _HOST_SEGMENT: Final = re.compile(r"[\w.@+-]+")  # a segment _HOST_PATH masks whole
 # Literal first for speed; the drive letter is checked by the lookbehind and masked too.
@@ -453,7 +453,7 @@ class Redactor:
                 at = masked.text.find(form, at + len(form))
             spans += masked.mask(found)
         for finder in (_private_key_spans, _secret_spans):
-            if found := _disjoint(finder(masked.text)):
+            if found := _disjoint(finder(_unescaped(masked.text))):
                 spans += masked.mask(found)
         spans.sort()
         return spans
@@ -648,7 +648,23 @@ def _random_looking(line: str) -> bool:
 
 
 def _mask_secrets(text: str, counts: Counter[str]) -> str:
-    return _apply(text, _secret_spans(text), counts)
+    return _apply(text, _secret_spans(_unescaped(text)), counts)
+
+
+# A secret in JSON text follows an escape (``"line\\nAKIA…"``): the escape's letter would
+# read as part of the word before it, and the rules' start boundaries would not see one.
+# The rules scan a copy of the same length with each escape blanked (its backslash
+# kept); the spans found there are masked in the text itself.
+_JSON_ESCAPE: Final = re.compile(r'\\[nrtbf"/\\]')
+_JSON_UNICODE_ESCAPE: Final = re.compile(r"\\u[0-9A-Fa-f]{4}")
+
+
+def _unescaped(text: str) -> str:
+    if "\\" not in text:
+        return text
+    # Fixed replacements (a backslash, then blanks): no Python call per escape.
+    text = _JSON_ESCAPE.sub(r"\\ ", text)
+    return _JSON_UNICODE_ESCAPE.sub(r"\\     ", text) if "\\u" in text else text
 
 
 def _secret_spans(text: str) -> list[_Replacement]:
