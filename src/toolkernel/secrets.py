@@ -182,11 +182,12 @@ _BIND: Final = (
     r"""|["'][ \t]*,[ \t]*(?=["'])["']?)"""
 )
 # A value: quoted (any characters but the quote and newline), or bare up to a
-# delimiter. Bare values followed by ``(``/``[``/``.name`` are code, not literals.
+# delimiter. Bare values followed by ``(``/``[``/``.name`` are code, not literals (a
+# mask a known secret left right after the value is no ``[`` of code).
 _QUOTED: Final = (
     r"""\\?"(?P<v1>[^"\n]{1,200}?)\\?"|'(?P<v2>[^'\n]{1,200}?)'|`(?P<v3>[^`\n]{1,200}?)`"""
 )
-_BARE: Final = r"""(?P<v4>[^\s"'`,;&<>(){}\[\]]{1,200}+)(?![(\[])"""
+_BARE: Final = r"""(?P<v4>[^\s"'`,;&<>(){}\[\]]{1,200}+)(?![(]|\[(?!REDACTED\]))"""
 _VALUE: Final = rf"{_NOT_A_VALUE}(?:{_QUOTED}|{_BARE})"
 
 _B64: Final = r"[A-Za-z0-9+/]"
