@@ -382,3 +382,26 @@ def test_the_runtime_env_is_not_inherited(monkeypatch):
     adapter = SandboxAdapter(SandboxSettings(), bwrap=None)
     assert "GITHUB_TOKEN" not in adapter._base_env
     assert os.environ["GITHUB_TOKEN"] == "ghp_should_not_leak"
+
+
+async def test_a_full_disk_fails_the_call_cleanly_and_leaves_no_staging_behind(kernel, monkeypatch):
+    """A command whose output could not be kept (the state disk full) failed with "the
+    tool raised ExceptionGroup" and left its staged output there, jamming later calls."""
+    import errno
+
+    from toolkernel.artifacts import _STAGING
+    from toolkernel.tools import adapter as adapter_module
+
+    real = adapter_module.run_sandboxed
+
+    async def full_disk(*args: Any, **kwargs: Any) -> Any:
+        await real(*args, **kwargs)  # the output is staged
+        raise ExceptionGroup("errors in a task group", [OSError(errno.ENOSPC, "No space left")])
+
+    monkeypatch.setattr(adapter_module, "run_sandboxed", full_disk)
+    run = kernel.start_run()
+    result = await kernel.call(run, "shell.run", {"argv": ["sh", "-c", "echo hi"]})
+    assert (result.status, result.error_code) == (Status.FAILED, ErrorCode.INTERNAL_ERROR)
+    assert list((kernel.artifacts.root / _STAGING).iterdir()) == []
+    monkeypatch.setattr(adapter_module, "run_sandboxed", real)
+    assert (await kernel.call(run, "shell.run", {"argv": ["true"]})).status is Status.SUCCEEDED

@@ -29,6 +29,7 @@ import logging
 import os
 import posixpath
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -468,6 +469,19 @@ class Sandbox:
                     artifacts=partial.artifacts,
                 ) from None
             raise
+        except Exception as exc:
+            # The runtime itself failed (its disk full while the output was kept, say):
+            # what was staged goes, or it would hold the space for every later call.
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(shutil.rmtree, staging, True)  # ignore_errors
+            failed = _os_error(exc)
+            if failed is None:
+                raise
+            _log.error("%s could not keep the command's output: %s", self.tool_name, failed)
+            raise ToolFailed(
+                safe_message(ErrorCode.INTERNAL_ERROR, tool=self.tool_name),
+                code=ErrorCode.INTERNAL_ERROR,
+            ) from None
         with anyio.CancelScope(shield=True):  # bounded by the output cap
             result = await self._store(argv, staging, outcome, label, stopped=False)
         if result.timed_out:
@@ -495,11 +509,8 @@ class Sandbox:
                     _capture(self.artifacts, out_dir / "stderr", f"{label} stderr", self.call_id),
                 )
             finally:
-                for leftover in (out_dir, staging):
-                    try:
-                        leftover.rmdir()
-                    except OSError:
-                        _log.warning("staging directory %s was not empty", leftover.name)
+                # Empty unless ingesting failed (a full disk): then it goes with its files.
+                shutil.rmtree(staging, ignore_errors=True)
 
         stdout, stderr = await anyio.to_thread.run_sync(ingest)
         if outcome is None:
@@ -525,6 +536,18 @@ class Sandbox:
             duration_s=outcome.duration_s,
             sandboxed=self.sandboxed,
         )
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    """The OSError ``exc`` is, or holds (a task group's ExceptionGroup), if any."""
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _os_error(inner)
+            if found is not None:
+                return found
+    return None
 
 
 def _capture(store: ArtifactStore, path: Path, description: str, producer: str) -> CapturedStream:
