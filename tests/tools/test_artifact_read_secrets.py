@@ -278,3 +278,13 @@ def test_no_range_shows_part_of_a_host_path_or_a_secret(tmp_path):
                     assert not shows_part_of(content, hidden), (content, hidden)
 
         check()
+
+
+def test_a_start_far_past_the_end_reads_as_the_end(tmp_path):
+    with artifact_kernel(tmp_path) as kernel:
+        ref = kernel.artifacts.put(b"short artifact\n")
+        outs = [read(kernel, ref.id, startByte=start) for start in (2**63 - 1, 10**30)]
+    for out, start in zip(outs, (2**63 - 1, 10**30), strict=True):
+        assert (out["startByte"], out["endByte"], out["eof"]) == (start, start, True)
+        assert out["content"] == ""
+        assert "nextByte" not in out

@@ -16,18 +16,30 @@ reach: so, whatever the boundaries, no range shows any part of such a secret, no
 value whose keyword (``password=``) lies outside the range. A key block without an
 END line is masked only as far as the reach goes past its BEGIN line.
 
-Host paths get the same treatment where the range cuts them: found in the widened
-window by the redactor's own path patterns, the part inside the range comes back as
-``<host-path>`` (counted as ``host-path``), since ``home/alice/…`` without its
-leading "/" would no longer look like a path. What the tool returns then goes through
-the kernel's redaction like every projection, which masks stack traces and the host
-paths wholly inside the range, and shows workspace paths relative.
+Host paths get the same treatment where the kernel would not find them: found in the
+widened window by the redactor's own path patterns, the part inside the range comes
+back as ``<host-path>`` (counted as ``host-path``) unless the same path is found in
+the range itself, since ``home/alice/…`` without its leading "/", or a path whose
+boundary lies before the range, would no longer look like a path. What the tool
+returns then goes through the kernel's redaction like every projection, which masks
+stack traces and the host paths it finds in the range, and shows workspace paths
+relative.
+
+A large output is stored as canonical JSON, where a newline is the two characters "\\"
+and "n": that "n" reads as the first letter of the secret or path after it, and the
+rules do not see one start there. So the window is also scanned as it decodes (each
+escape, ``\\n`` to ``\\uXXXX``, read as the character it stands for), as the call's
+own projection was redacted, and what is found there is masked in the escaped text.
+A key block's lines escape only their line breaks and a rule's 1 KiB match grows at
+most sixfold, so the reach still holds them.
 """
 
 from __future__ import annotations
 
+import bisect
+import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, BinaryIO, Final
 
 from annotated_types import Ge, Le, MaxLen, MinLen
@@ -53,6 +65,14 @@ _NAME: Final = "artifact.read"
 _MAX_LINE_SCAN: Final = 64 * 1024
 _REACH: Final = 16 * 1024
 """Bytes searched on each side of a range for the secrets that reach into it."""
+# Left to right, so an escaped backslash is taken before the letter after it.
+_JSON_ESCAPE: Final = re.compile(r'\\(?:u[0-9A-Fa-f]{4}|["\\/bfnrt])')
+_JSON_CHARS: Final = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+_Found = tuple[int, int, str]
+"""A span of text and the kind of what is there."""
+_Shown = tuple[int, int, str | None]
+"""A span to mask, and the kind to count it under (None: counted by another span)."""
 
 
 @tool(
@@ -159,7 +179,9 @@ def _masked(
     handle: BinaryIO, start: int, stop: int, redactor: Redactor
 ) -> tuple[str, Counter[str]]:
     """Bytes ``[start, stop)`` as text, every byte of a secret around them masked, and
-    every byte of a host path they cut."""
+    every byte of a host path the kernel would not find in them."""
+    if stop <= start:  # nothing to show (a start past the end: no seek there either)
+        return "", Counter()
     reach = max(_REACH, 4 * redactor.max_secret_length)  # UTF-8: up to 4 bytes a character
     low = max(0, start - reach)
     handle.seek(low)
@@ -168,24 +190,32 @@ def _masked(
     # surrogateescape keeps one character per undecodable byte, so that character
     # offsets map back to byte offsets exactly.
     text = window.decode("utf-8", errors="surrogateescape")
-    secrets = _byte_spans(text, redactor.secret_spans(text))
-    # A path wholly in the range is the kernel's to redact (a workspace path becomes
-    # relative); one the range cuts would no longer look like a path to it.
-    paths = [
-        (begin, end, kind)
-        for begin, end, kind in _byte_spans(text, _host_path_spans(text))
-        if begin < first or end > last
-    ]
+    secrets: list[_Shown] = [*redactor.secret_spans(text)]
+    paths: list[_Shown] = [*_host_path_spans(text)]
+    view = _JsonView(text)
+    if view.text != text:
+        decoded = view.spans(redactor.secret_spans(view.text))
+        secrets = [*decoded, *_uncounted_where_overlapped(secrets, decoded)]
+        decoded = view.spans(_host_path_spans(view.text))
+        paths = [*decoded, *_uncounted_where_overlapped(paths, decoded)]
+    # A path the kernel finds in the range itself is its to redact (a workspace path
+    # becomes relative); one the range cuts, or one that only the text around the range
+    # or the decoded view shows to be a path, would get past it.
+    in_range = window[first:last].decode("utf-8", errors="surrogateescape")
+    own = {(first + b, first + e) for b, e, _ in _byte_spans(in_range, _host_path_spans(in_range))}
+    hidden = [span for span in _byte_spans(text, paths) if span[:2] not in own]
     spans = sorted(
-        [(b, e, k, SECRET_MASK) for b, e, k in secrets]
-        + [(b, e, k, HOST_PATH_MASK) for b, e, k in paths]
+        [(b, e, k, SECRET_MASK) for b, e, k in _byte_spans(text, secrets)]
+        + [(b, e, k, HOST_PATH_MASK) for b, e, k in hidden],
+        key=lambda span: span[:2],
     )
     withheld: Counter[str] = Counter()
     masked: list[tuple[int, int, str]] = []
     for begin, end, kind, mask in spans:
         if end <= first or begin >= last:
             continue
-        withheld[kind] += 1
+        if kind is not None:
+            withheld[kind] += 1
         begin, end = max(begin, first), min(end, last)
         if masked and begin <= masked[-1][1]:  # overlapping or adjacent: one mask
             before, until, shown = masked[-1]
@@ -202,7 +232,7 @@ def _masked(
     return "".join(pieces), withheld
 
 
-def _host_path_spans(text: str) -> list[tuple[int, int, str]]:
+def _host_path_spans(text: str) -> list[_Found]:
     """Where ``text`` holds host paths, found by the redactor's own path patterns."""
     spans = [(m.start(), m.end(), "host-path") for m in _HOST_PATH.finditer(text)]
     # The Windows pattern starts at the colon; its span takes in the drive letter.
@@ -210,10 +240,58 @@ def _host_path_spans(text: str) -> list[tuple[int, int, str]]:
     return spans
 
 
-def _byte_spans(text: str, spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+class _JsonView:
+    """``text`` with its JSON string escapes decoded, and the way back to its offsets."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._after: list[int] = []  # offsets of the view just past an escape's character
+        self._shift: list[int] = []  # how far ``text`` is ahead of the view from there
+        if "\\" not in text:
+            return
+        pieces: list[str] = []
+        done = shift = 0
+        for match in _JSON_ESCAPE.finditer(text):
+            escape = match.group()
+            letter = escape[1]
+            pieces += [text[done : match.start()], _JSON_CHARS.get(letter, letter)]
+            if letter == "u":
+                pieces[-1] = chr(int(escape[2:], 16))
+            shift += len(escape) - 1
+            self._after.append(match.end() - shift)
+            self._shift.append(shift)
+            done = match.end()
+        self.text = "".join([*pieces, text[done:]])
+
+    def spans(self, found: Sequence[_Found]) -> list[_Found]:
+        """Spans of the view as spans of ``text``: an escape is in one whole or not at all."""
+        return [(self._origin(begin), self._origin(end), kind) for begin, end, kind in found]
+
+    def _origin(self, at: int) -> int:
+        index = bisect.bisect_right(self._after, at) - 1
+        return at if index < 0 else at + self._shift[index]
+
+
+def _uncounted_where_overlapped(spans: Sequence[_Shown], by: Sequence[_Found]) -> list[_Shown]:
+    """``spans``, those that overlap one of ``by`` without a kind: still masked, but what
+    they found is counted once, under the kind ``by`` gives it."""
+    ordered = sorted(by)
+    starts = [begin for begin, _, _ in ordered]
+    reach: list[int] = []  # the furthest end among ``ordered[: i + 1]``
+    for _, end, _ in ordered:
+        reach.append(max(end, reach[-1]) if reach else end)
+    kept: list[_Shown] = []
+    for begin, end, kind in spans:
+        before = bisect.bisect_left(starts, end)  # those of ``by`` that start before ``end``
+        overlapped = before > 0 and reach[before - 1] > begin
+        kept.append((begin, end, None if overlapped else kind))
+    return kept
+
+
+def _byte_spans(text: str, spans: Sequence[_Shown]) -> list[_Shown]:
     """Character spans of ``text`` as byte spans of its surrogateescape UTF-8 encoding."""
     if text.isascii():
-        return spans
+        return list(spans)
     offsets: dict[int, int] = {}
     char = byte = 0
     for point in sorted({p for begin, end, _ in spans for p in (begin, end)}):
