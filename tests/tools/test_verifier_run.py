@@ -9,9 +9,10 @@ import anyio
 import pytest
 
 from toolkernel.codes import ErrorCode, Status
+from toolkernel.sandbox import SandboxLimits
 from toolkernel.testing import make_kernel
 from toolkernel.tools import SandboxSettings, install
-from toolkernel.tools.verifier import parse_pytest_text
+from toolkernel.tools.verifier import MAX_REPORT_BYTES, parse_junit, parse_pytest_text
 
 pytestmark = pytest.mark.anyio
 
@@ -126,8 +127,9 @@ def test_pytest_text_parsing_finds_failures_and_locations(tmp_path):
     assert (second.kind, second.file) == ("error", "tests/test_b.py")
 
 
-# A conftest.py the model could write: it swaps the JUnit report for something else as
-# pytest ends, after the report was written.
+# A conftest.py the model could write: it tries to swap the JUnit report for something
+# else as pytest ends, after the report was written. The report path is a FIFO mounted
+# into the sandbox: the swap fails, and what pytest wrote has already been read.
 PLANTED_REPORT = textwrap.dedent(
     """\
     import os
@@ -136,8 +138,11 @@ PLANTED_REPORT = textwrap.dedent(
     def pytest_unconfigure(config):
         path = getattr(config.option, "xmlpath", None)
         if path:
-            os.unlink(path)
-            {plant}
+            try:
+                os.unlink(path)
+                {plant}
+            except OSError:
+                pass
     """
 )
 PLANTS = {
@@ -147,9 +152,9 @@ PLANTS = {
 }
 
 
-@pytest.mark.timeout(60)  # before the fix, the FIFO blocked the event loop for good
+@pytest.mark.timeout(60)  # a FIFO once blocked the event loop for good
 @pytest.mark.parametrize("kind", sorted(PLANTS))
-async def test_a_report_replaced_by_a_non_regular_file_is_ignored(ws, kind):
+async def test_a_report_the_suite_tries_to_replace_is_still_the_one_read(ws, kind):
     (ws / "tests" / "test_client.py").write_text("def test_ok():\n    assert True\n")
     (ws / "conftest.py").write_text(PLANTED_REPORT.format(plant=PLANTS[kind]))
     kernel = build(ws)
@@ -159,6 +164,172 @@ async def test_a_report_replaced_by_a_non_regular_file_is_ignored(ws, kind):
     finally:
         kernel.close()
     assert result.status is Status.SUCCEEDED, result.safe_message
-    assert result.structured_output["reportSource"] == "text"
+    assert result.structured_output["reportSource"] == "junit"
     assert result.structured_output["tests"] == 1
-    assert "JUnit report" not in {a.description for a in result.artifacts}
+    assert "JUnit report" in {a.description for a in result.artifacts}
+
+
+# A run passes only on positive evidence: with a report asked for, a readable one that
+# counts tests that ran and none that failed.
+EXITS_EARLY = textwrap.dedent(
+    """\
+    import os
+
+
+    def test_fails():
+        assert 1 == 2
+
+
+    def test_zz_ends_the_process():
+        os._exit({status})
+    """
+)
+
+
+@pytest.mark.parametrize("status", [0, 256])  # 256 wraps to exit status 0
+async def test_a_suite_that_exits_zero_before_its_report_does_not_pass(ws, status):
+    (ws / "tests" / "test_client.py").write_text(EXITS_EARLY.format(status=status))
+    kernel = build(ws)
+    try:
+        result = await kernel.call(kernel.start_run(), "verifier.run", {})
+    finally:
+        kernel.close()
+    assert result.status is Status.FAILED
+    assert result.error_code is ErrorCode.TOOL_ERROR
+    out = result.structured_output
+    assert (out["exitCode"], out["passed"], out["reportSource"]) == (0, False, "text")
+
+
+# A command that writes the report it is given (argv[1]) and exits 0 whatever it says.
+WRITES_REPORT = "import sys\nwith open(sys.argv[1], 'w') as f:\n    f.write({xml!r})\n"
+REPORTS = {
+    "failures": (
+        '<testsuite tests="2" failures="1" errors="0" skipped="0">'
+        '<testcase classname="tests.test_client" name="test_ok"/>'
+        '<testcase classname="tests.test_client" name="test_bad">'
+        '<failure message="assert 1 == 2">tests/test_client.py:5: AssertionError</failure>'
+        "</testcase></testsuite>"
+    ),
+    "no tests": '<testsuite tests="0" failures="0" errors="0" skipped="0"/>',
+    "only skipped": (
+        '<testsuite tests="1" failures="0" errors="0" skipped="1">'
+        '<testcase classname="tests.test_client" name="test_ok"><skipped/></testcase>'
+        "</testsuite>"
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(REPORTS))
+async def test_exit_zero_does_not_pass_a_report_without_a_test_that_passed(ws, kind):
+    script = WRITES_REPORT.format(xml=REPORTS[kind])
+    kernel = build(ws, SandboxSettings(test_command=("python", "-c", script, "{junitxml}")))
+    try:
+        result = await kernel.call(kernel.start_run(), "verifier.run", {})
+    finally:
+        kernel.close()
+    assert result.status is Status.FAILED
+    assert result.error_code is ErrorCode.TOOL_ERROR
+    out = result.structured_output
+    assert (out["exitCode"], out["passed"], out["reportSource"]) == (0, False, "junit")
+
+
+async def test_an_oversize_report_is_not_read_and_does_not_pass(ws):
+    # A passing report behind a comment too long to read.
+    script = WRITES_REPORT.format(xml=REPORTS["failures"].replace('"1"', '"0"')).replace(
+        "f.write(", f"f.write('<!--' + 'x' * {MAX_REPORT_BYTES} + '-->' + "
+    )
+    kernel = build(ws, SandboxSettings(test_command=("python", "-c", script, "{junitxml}")))
+    try:
+        result = await kernel.call(kernel.start_run(), "verifier.run", {})
+    finally:
+        kernel.close()
+    assert result.status is Status.FAILED
+    assert result.structured_output["reportSource"] == "text"
+
+
+async def test_a_command_without_a_report_passes_on_its_exit_status(ws):
+    settings = SandboxSettings(test_command=("python", "-c", "print('all good')"))
+    kernel = build(ws, settings)
+    try:
+        result = await kernel.call(kernel.start_run(), "verifier.run", {})
+    finally:
+        kernel.close()
+    assert result.status is Status.SUCCEEDED
+    assert result.structured_output["passed"] is True
+
+
+async def test_a_command_without_a_report_does_not_pass_when_its_output_names_failures(ws):
+    printed = "print('FAILED tests/test_client.py::test_bad - assert 1 == 2')"
+    kernel = build(ws, SandboxSettings(test_command=("python", "-c", printed)))
+    try:
+        result = await kernel.call(kernel.start_run(), "verifier.run", {})
+    finally:
+        kernel.close()
+    assert result.status is Status.FAILED
+    assert result.error_code is ErrorCode.TOOL_ERROR
+    assert result.structured_output["passed"] is False
+    assert result.structured_output["failures"] == 1
+
+
+DTD_REPORT = (
+    '<?xml version="1.0" encoding="{encoding}"?>'
+    '<!DOCTYPE t [<!ENTITY e "ENTITY-EXPANDED">]>'
+    '<testsuite tests="1" failures="1"><testcase name="x">'
+    '<failure message="&e;">a</failure></testcase></testsuite>'
+)
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-16", "utf-16-le", "utf-16-be", "utf-32"])
+def test_a_report_with_a_dtd_is_refused_whatever_its_encoding(tmp_path, encoding):
+    data = DTD_REPORT.format(encoding=encoding.upper()).encode(encoding)
+    assert parse_junit(data, tmp_path) is None
+
+
+def test_a_report_with_counts_that_are_not_numbers_is_refused(tmp_path):
+    assert parse_junit(b'<testsuite tests="many"/>', tmp_path) is None
+
+
+# Files a suite writes beside its report land in the sandbox's own, size-limited /tmp,
+# never on the host's disk.
+FILLS_REPORT_DIR = textwrap.dedent(
+    """\
+    import errno
+    import os
+
+
+    def test_beside_the_report_is_bounded(pytestconfig):
+        beside = os.path.join(os.path.dirname(pytestconfig.option.xmlpath), "big")
+        try:
+            with open(beside, "wb") as handle:
+                handle.write(bytes(4 << 20))
+        except OSError as exc:
+            assert exc.errno in (errno.ENOSPC, errno.EROFS, errno.EACCES)
+        else:
+            raise AssertionError("wrote 4 MiB beside the report")
+    """
+)
+
+
+async def test_files_beside_the_report_stay_within_the_sandbox_tmp_limit(ws):
+    (ws / "tests" / "test_client.py").write_text(FILLS_REPORT_DIR)
+    kernel = build(ws, SandboxSettings(limits=SandboxLimits(tmp_bytes=1 << 20)))
+    try:
+        result = await kernel.call(kernel.start_run(), "verifier.run", {})
+    finally:
+        kernel.close()
+    assert result.status is Status.SUCCEEDED, result.safe_message
+    assert result.structured_output["reportSource"] == "junit"
+
+
+async def test_a_run_past_its_timeout_is_timed_out(ws):
+    (ws / "tests" / "test_client.py").write_text(
+        "import time\n\n\ndef test_slow():\n    time.sleep(60)\n"
+    )
+    kernel = build(ws)
+    try:
+        with anyio.fail_after(50):
+            result = await kernel.call(kernel.start_run(), "verifier.run", {"timeoutMs": 1000})
+    finally:
+        kernel.close()
+    assert result.status is Status.TIMED_OUT
+    assert result.error_code is ErrorCode.TIMEOUT

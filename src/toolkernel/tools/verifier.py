@@ -1,17 +1,23 @@
 """``verifier.run``: the project's test command, its failures as ``errorSummary`` entries.
 
 The configured command (default ``python -m pytest -q --junitxml={junitxml}``) runs
-like ``shell.run``. The JUnit report is written to a private host directory outside
-the workspace, bound writable into the sandbox (whose own /tmp dies with it), read
-back, kept as an artifact and removed. The command controls what lies at the report
-path when it ends, so only a regular file is read, opened without following a link
-and without blocking (a FIFO would otherwise wait for a writer forever), in a worker
-thread. Without a report (another runner, a crash before pytest wrote it, anything
-but a regular file there) pytest's text output is parsed instead: its
-``FAILED``/``ERROR`` lines and ``file.py:LINE:`` locations.
+like ``shell.run``. The JUnit report path is a FIFO the runtime reads as the command
+writes it; only the FIFO is bound into the sandbox, so the command can neither replace
+it nor put anything on the host's disk beside it (that lands in the sandbox's own
+size-limited /tmp), and a report past `MAX_REPORT_BYTES` is drained and dropped. The
+report is kept as an artifact. Without one (another runner, a crash before pytest
+wrote it) pytest's text output is parsed instead: its ``FAILED``/``ERROR`` lines and
+``file.py:LINE:`` locations.
+
+What decides "passed": a command that asks for a report (``{junitxml}`` in its argv)
+passes only when it exits 0 *and* its report is readable, counts a test that ran and
+no failure or error; exit status 0 alone proves nothing (``os._exit(0)`` in a test
+ends pytest before it writes the report). Another command passes on exit status 0,
+the only evidence it gives, unless its output names failures.
 
 Failing tests make the call FAILED/PROCESS_EXIT_NONZERO with a short safe summary
-("2 tests failed in tests/test_client.py") and the entries in the structured output.
+("2 tests failed in tests/test_client.py") and the entries in the structured output;
+exit status 0 without that evidence makes it FAILED/TOOL_ERROR.
 """
 
 from __future__ import annotations
@@ -19,13 +25,14 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import stat
 import tempfile
 import xml.etree.ElementTree as ET
 from collections import Counter
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from types import TracebackType
 from typing import Annotated, Any, Final
 
 import anyio
@@ -47,6 +54,11 @@ MAX_ENTRIES: Final = 20
 """errorSummary entries the model sees; the report artifact has all of them."""
 
 MAX_REPORT_BYTES: Final = 32 * 1024 * 1024
+_REPORT_PLACEHOLDER: Final = "{junitxml}"
+_CHUNK_BYTES: Final = 64 * 1024
+# Reads after the command ended: once its writers are gone, what is left is at most a
+# pipe buffer (1 MiB at most for an unprivileged process), far less than this many chunks.
+_FINAL_READS: Final = 64
 _MESSAGE_CHARS: Final = 300
 _NAME: Final = "verifier.run"
 _LOCATION: Final = re.compile(r"^(?P<file>[^\s:][^:\n]*\.py):(?P<line>\d+):", re.MULTILINE)
@@ -111,18 +123,20 @@ async def verifier_run(
     """
     sandbox = sandbox_for(ctx)
     targets = [locate(ctx, p, tool=_NAME, prop="paths") for p in paths or ()]
+    command = sandbox.settings.test_command
+    wants_report = any(_REPORT_PLACEHOLDER in a for a in command)
     # The report goes to a private directory outside the workspace: the runtime's
     # state directory is hidden from commands, and the workspace is the model's.
     report_dir = Path(tempfile.mkdtemp(prefix="toolkernel-junit-"))
-    report_path = report_dir / "report.xml"
-    argv = [a.replace("{junitxml}", str(report_path)) for a in sandbox.settings.test_command]
-    # "./" keeps a file named like an option from being read as one.
-    argv += ["./" + "/".join(t.parts) for t in targets]
     try:
-        result = await sandbox.run(
-            argv, timeout_s=timeoutMs / 1000, label=_NAME, rw_dirs=(report_dir,)
-        )
-        junit = await anyio.to_thread.run_sync(_take_report, report_path)
+        with _ReportPipe(report_dir) as pipe:
+            argv = [a.replace(_REPORT_PLACEHOLDER, str(pipe.path)) for a in command]
+            # "./" keeps a file named like an option from being read as one.
+            argv += ["./" + "/".join(t.parts) for t in targets]
+            result = await pipe.read_during(
+                sandbox.run(argv, timeout_s=timeoutMs / 1000, label=_NAME, rw_dirs=(pipe.path,))
+            )
+            junit = pipe.finish()
     finally:
         # Shielded: whatever the command left there goes, even from a cancelled call.
         with anyio.CancelScope(shield=True):
@@ -140,29 +154,63 @@ async def verifier_run(
     if report is None:
         report = _text_report(sandbox, result)
     artifacts = (*result.artifacts, *([report_ref] if report_ref else []))
-    data = _output(result, report, artifacts)
-    summary = _summary(report, result)
+    unproven = _unproven(report, wants_report=wants_report) if result.exit_code == 0 else None
+    data = _output(result, report, artifacts, passed=result.exit_code == 0 and not unproven)
     data.pop("artifacts")  # they travel as the result's artifact refs
     if result.exit_code != 0:
         raise ToolFailed(
-            safe_message(ErrorCode.PROCESS_EXIT_NONZERO, detail=summary),
+            safe_message(ErrorCode.PROCESS_EXIT_NONZERO, detail=_summary(report, result)),
             code=ErrorCode.PROCESS_EXIT_NONZERO,
             output=data,
             artifacts=artifacts,
         )
-    return ToolOutput(data, summary, artifacts)
+    if unproven is not None:
+        raise ToolFailed(
+            safe_message(ErrorCode.TOOL_ERROR, tool=_NAME, detail=unproven),
+            code=ErrorCode.TOOL_ERROR,
+            output=data,
+            artifacts=artifacts,
+        )
+    return ToolOutput(data, _summary(report, result), artifacts)
+
+
+def _unproven(report: TestReport, *, wants_report: bool) -> str | None:
+    """Why a run whose command exited 0 still cannot count as passed; ``None`` if it can."""
+    if report.failures or report.errors or report.entries:
+        failed = _failures(report) or "the test report counts failures or errors"
+        return f"{failed}, although the test command exited 0."
+    if not wants_report:
+        return None  # another runner: its exit status is all the evidence it gives
+    if report.source != "junit":
+        return "the test run ended without its report; it cannot count as passed."
+    if report.tests <= report.skipped:
+        return "no test ran (none was collected, or all were skipped); it cannot count as passed."
+    return None
 
 
 def parse_junit(data: bytes, workspace: Path) -> TestReport | None:
     """Counts and failures from a JUnit XML report; ``None`` if it is not one."""
-    if b"<!DOCTYPE" in data or b"<!ENTITY" in data:
-        return None  # no DTDs: entity expansion is the one danger of parsing XML
+    # No DTDs: entity expansion is the one danger of parsing XML. Expat reads bytes in
+    # whatever encoding a BOM, a declaration or a "<\0" start says, where a byte search
+    # for "<!DOCTYPE" finds nothing; so the report must be UTF-8 (as pytest writes it),
+    # and the decoded text is both what is searched and what is parsed: for a str, the
+    # parser takes UTF-8 and ignores the declaration. No XML text holds a NUL, and without
+    # them no UTF-16 or UTF-32 reading remains.
+    if b"\0" in data:
+        return None
     try:
-        root = ET.fromstring(data)  # noqa: S314 - DTDs refused above, size capped by caller
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return None
+    if "<!DOCTYPE" in text or "<!ENTITY" in text:
+        return None
+    try:
+        root = ET.fromstring(text)  # noqa: S314 - DTDs refused above, size capped by caller
     except ET.ParseError:
         return None
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
-    if not suites:
+    counts = [_counts(s) for s in suites]
+    if not suites or None in counts:
         return None
     entries: list[ErrorEntry] = []
     for case in root.iter("testcase"):
@@ -170,14 +218,20 @@ def parse_junit(data: bytes, workspace: Path) -> TestReport | None:
             problem = case.find(kind)
             if problem is not None:
                 entries.append(_junit_entry(case, problem, kind, workspace))
-    return TestReport(
-        tests=sum(int(s.get("tests", 0)) for s in suites),
-        failures=sum(int(s.get("failures", 0)) for s in suites),
-        errors=sum(int(s.get("errors", 0)) for s in suites),
-        skipped=sum(int(s.get("skipped", 0)) for s in suites),
-        entries=tuple(entries),
-        source="junit",
-    )
+    tests, failures, errors, skipped = (sum(column) for column in zip(*counts, strict=True))
+    return TestReport(tests, failures, errors, skipped, tuple(entries), source="junit")
+
+
+def _counts(suite: ET.Element) -> tuple[int, int, int, int] | None:
+    """A suite's tests, failures, errors and skips; ``None`` if one is not a count."""
+    try:
+        found = [int(suite.get(name, 0)) for name in ("tests", "failures", "errors", "skipped")]
+    except ValueError:
+        return None
+    if min(found) < 0:
+        return None
+    tests, failures, errors, skipped = found
+    return tests, failures, errors, skipped
 
 
 def parse_pytest_text(text: str, workspace: Path) -> TestReport:
@@ -249,11 +303,11 @@ def _text_report(sandbox: Sandbox, result: CommandResult) -> TestReport:
 
 
 def _output(
-    result: CommandResult, report: TestReport, artifacts: tuple[ArtifactRef, ...]
+    result: CommandResult, report: TestReport, artifacts: tuple[ArtifactRef, ...], *, passed: bool
 ) -> dict[str, Any]:
     return {
         "exitCode": result.exit_code,
-        "passed": result.exit_code == 0,
+        "passed": passed,
         "tests": report.tests,
         "failures": report.failures,
         "errors": report.errors,
@@ -272,6 +326,14 @@ def _summary(report: TestReport, result: CommandResult) -> str:
         return f"All {report.tests} tests passed." if report.tests else "The test run passed."
     if result.exit_code == 5:
         return "No tests were collected; check the paths and the test configuration."
+    failed = _failures(report)
+    if not failed:
+        return f"The test command exited with status {result.exit_code}; see its output."
+    return failed + "."
+
+
+def _failures(report: TestReport) -> str:
+    """'2 tests failed in tests/test_a.py; 1 error in 2 files', or '' without entries."""
     failed = [e for e in report.entries if e.kind == "failure"]
     errored = [e for e in report.entries if e.kind == "error"]
     parts = []
@@ -279,9 +341,7 @@ def _summary(report: TestReport, result: CommandResult) -> str:
         parts.append(_count_in(len(failed), "test failed", "tests failed", failed))
     if errored:
         parts.append(_count_in(len(errored), "error", "errors", errored))
-    if not parts:
-        return f"The test command exited with status {result.exit_code}; see its output."
-    return "; ".join(parts) + "."
+    return "; ".join(parts)
 
 
 def _count_in(count: int, one: str, many: str, entries: list[ErrorEntry]) -> str:
@@ -290,26 +350,87 @@ def _count_in(count: int, one: str, many: str, entries: list[ErrorEntry]) -> str
     return f"{count} {one if count == 1 else many} in {where}"
 
 
-def _take_report(path: Path) -> bytes | None:
-    """The report, if a regular file is there; ``None`` for anything else.
+class _ReportPipe:
+    """The report path as a FIFO, read while the command writes it.
 
-    Blocking I/O: call it in a worker thread. ``O_NONBLOCK`` keeps the open of a FIFO
-    from waiting for a writer, ``O_NOFOLLOW`` refuses a planted link.
+    Only the FIFO is bound into the sandbox, where it is a mount point: the command
+    cannot remove or replace it, and a file it writes beside it lands in the sandbox's
+    size-limited /tmp instead of on the host's disk (a bound directory would take
+    anything). Past `MAX_REPORT_BYTES` the rest is drained and dropped, so the writer
+    never blocks. The runtime's own write end keeps the FIFO from reading as ended
+    before the command opens it.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        return None
-    os.set_blocking(fd, True)
-    with os.fdopen(fd, "rb") as handle:
-        try:
-            data = handle.read(MAX_REPORT_BYTES + 1)
-        except OSError:
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / "report.xml"
+        os.mkfifo(self.path, 0o600)
+        flags = os.O_NONBLOCK | os.O_CLOEXEC
+        self._reader: int | None = os.open(self.path, os.O_RDONLY | flags)
+        self._writer: int | None = os.open(self.path, os.O_WRONLY | flags)
+        self._chunks: list[bytes] = []
+        self._size = 0
+
+    def __enter__(self) -> _ReportPipe:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        for fd in (self._reader, self._writer):
+            if fd is not None:
+                os.close(fd)
+        self._reader = self._writer = None
+
+    async def read_during(self, run: Awaitable[CommandResult]) -> CommandResult:
+        """``run``'s result, the report read meanwhile (``run``'s errors pass unwrapped)."""
+        failure: Exception | None = None
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._drain)
+            try:
+                result = await run
+            except Exception as exc:  # noqa: BLE001 - re-raised below, not in an ExceptionGroup
+                failure = exc
+            finally:
+                group.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        return result
+
+    async def _drain(self) -> None:
+        assert self._reader is not None
+        while True:
+            await anyio.wait_readable(self._reader)
+            self._read_chunk()
+
+    def finish(self) -> bytes | None:
+        """What the command wrote, once it has ended; ``None`` for nothing or too much.
+
+        Reads only what is left in the pipe: a writer the command left behind (possible
+        only unsandboxed) is not waited for.
+        """
+        assert self._writer is not None
+        os.close(self._writer)
+        self._writer = None
+        for _ in range(_FINAL_READS):
+            if not self._read_chunk():
+                break
+        if not 0 < self._size <= MAX_REPORT_BYTES:
             return None
-    return data if len(data) <= MAX_REPORT_BYTES else None
+        return b"".join(self._chunks)
+
+    def _read_chunk(self) -> bool:
+        """Read what is there, up to a chunk; False at the end or with nothing there."""
+        assert self._reader is not None
+        try:
+            chunk = os.read(self._reader, _CHUNK_BYTES)
+        except BlockingIOError:
+            return False
+        self._size += len(chunk)
+        if self._size <= MAX_REPORT_BYTES:
+            self._chunks.append(chunk)
+        else:
+            self._chunks.clear()  # dropped whole: a cut report is no report
+        return bool(chunk)
 
 
 def _relative(file: str, workspace: Path) -> str:
