@@ -12,6 +12,7 @@ import anyio
 import pytest
 from fixtures.bridge_support import open_kernel
 
+from toolkernel.calls import ToolCallResult
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.mcp import McpBridge, ServerConfig
 
@@ -82,16 +83,19 @@ def _starts(record: Path) -> int:
     return len(record.read_text().splitlines())
 
 
-async def test_an_error_with_code_32000_is_an_answer_and_keeps_the_server(workspace, tmp_path):
-    server, starts = _raw_server(tmp_path)
+async def _calls(workspace: Path, server: ServerConfig, *names: str) -> list[ToolCallResult]:
+    """Each named tool of the bridged ``server`` called once, in order, on one run."""
     kernel = open_kernel(workspace)
     run = kernel.start_run()
     with anyio.fail_after(30):
         async with McpBridge(kernel, [server]) as bridge:
             await bridge.connect_all(run)
-            first = await kernel.call(run, "raw.generic", {})
-            second = await kernel.call(run, "raw.generic", {})
-            after = await kernel.call(run, "raw.echo", {})
+            return [await kernel.call(run, name, {}) for name in names]
+
+
+async def test_an_error_with_code_32000_is_an_answer_and_keeps_the_server(workspace, tmp_path):
+    server, starts = _raw_server(tmp_path)
+    first, second, after = await _calls(workspace, server, "raw.generic", "raw.generic", "raw.echo")
     for result in (first, second):
         assert result.status is Status.FAILED
         assert result.error_code is ErrorCode.REMOTE_ERROR
@@ -103,13 +107,7 @@ async def test_an_error_with_code_32000_is_an_answer_and_keeps_the_server(worksp
 
 async def test_a_server_that_exits_mid_call_is_still_stopped_and_restarted(workspace, tmp_path):
     server, starts = _raw_server(tmp_path)
-    kernel = open_kernel(workspace)
-    run = kernel.start_run()
-    with anyio.fail_after(30):
-        async with McpBridge(kernel, [server]) as bridge:
-            await bridge.connect_all(run)
-            exited = await kernel.call(run, "raw.exit", {})
-            after = await kernel.call(run, "raw.echo", {})
+    exited, after = await _calls(workspace, server, "raw.exit", "raw.echo")
     assert exited.status is Status.FAILED
     assert exited.error_code is ErrorCode.REMOTE_ERROR
     assert exited.retryable is True
@@ -121,13 +119,7 @@ async def test_a_server_that_exits_mid_call_is_still_stopped_and_restarted(works
 async def test_a_32000_answer_to_the_probe_after_a_timeout_keeps_the_server(workspace, tmp_path):
     """After a timeout, the server is asked for its tools; an error answer shows it alive."""
     server, starts = _raw_server(tmp_path, "relist", timeout_ms=500)
-    kernel = open_kernel(workspace)
-    run = kernel.start_run()
-    with anyio.fail_after(30):
-        async with McpBridge(kernel, [server]) as bridge:
-            await bridge.connect_all(run)
-            hung = await kernel.call(run, "raw.hang", {})
-            after = await kernel.call(run, "raw.echo", {})
+    hung, after = await _calls(workspace, server, "raw.hang", "raw.echo")
     assert hung.status is Status.TIMED_OUT
     assert after.status is Status.SUCCEEDED
     assert _starts(starts) == 1

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
+from toolkernel.calls import ToolCallResult
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.sandbox import SandboxLimits
 from toolkernel.testing import make_kernel
@@ -59,12 +61,20 @@ def build(ws: Path, settings: SandboxSettings | None = None):
     return kernel
 
 
-async def test_a_failing_pytest_run_becomes_an_error_summary(ws):
-    kernel = build(ws)
+async def verify(
+    ws: Path, settings: SandboxSettings | None = None, arguments: dict[str, Any] | None = None
+) -> ToolCallResult:
+    """One verifier.run call, in a kernel of its own."""
+    kernel = build(ws, settings)
     try:
-        result = await kernel.call(kernel.start_run(), "verifier.run", {})
+        with anyio.fail_after(50):
+            return await kernel.call(kernel.start_run(), "verifier.run", arguments or {})
     finally:
         kernel.close()
+
+
+async def test_a_failing_pytest_run_becomes_an_error_summary(ws):
+    result = await verify(ws)
     assert result.status is Status.FAILED
     assert result.error_code is ErrorCode.PROCESS_EXIT_NONZERO
     assert result.safe_message.startswith("2 tests failed in tests/test_client.py")
@@ -86,24 +96,14 @@ async def test_a_passing_run_succeeds(ws):
     (ws / "tests" / "test_client.py").write_text(
         "from client import connect\n\n\ndef test_ok():\n    assert connect('a') == 'a'\n"
     )
-    kernel = build(ws)
-    try:
-        result = await kernel.call(
-            kernel.start_run(), "verifier.run", {"paths": ["tests/test_client.py"]}
-        )
-    finally:
-        kernel.close()
+    result = await verify(ws, None, {"paths": ["tests/test_client.py"]})
     assert result.status is Status.SUCCEEDED
     assert result.safe_message == "All 1 tests passed."
     assert result.structured_output["errorSummary"] == []
 
 
 async def test_without_junit_the_text_output_is_parsed(ws):
-    kernel = build(ws, SandboxSettings(test_command=("python", "-m", "pytest", "-q", "-rf")))
-    try:
-        result = await kernel.call(kernel.start_run(), "verifier.run", {})
-    finally:
-        kernel.close()
+    result = await verify(ws, SandboxSettings(test_command=("python", "-m", "pytest", "-q", "-rf")))
     out = result.structured_output
     assert out["reportSource"] == "text"
     assert out["failures"] == 2
@@ -157,12 +157,7 @@ PLANTS = {
 async def test_a_report_the_suite_tries_to_replace_is_still_the_one_read(ws, kind):
     (ws / "tests" / "test_client.py").write_text("def test_ok():\n    assert True\n")
     (ws / "conftest.py").write_text(PLANTED_REPORT.format(plant=PLANTS[kind]))
-    kernel = build(ws)
-    try:
-        with anyio.fail_after(50):
-            result = await kernel.call(kernel.start_run(), "verifier.run", {"timeoutMs": 30_000})
-    finally:
-        kernel.close()
+    result = await verify(ws, None, {"timeoutMs": 30_000})
     assert result.status is Status.SUCCEEDED, result.safe_message
     assert result.structured_output["reportSource"] == "junit"
     assert result.structured_output["tests"] == 1
@@ -189,11 +184,7 @@ EXITS_EARLY = textwrap.dedent(
 @pytest.mark.parametrize("status", [0, 256])  # 256 wraps to exit status 0
 async def test_a_suite_that_exits_zero_before_its_report_does_not_pass(ws, status):
     (ws / "tests" / "test_client.py").write_text(EXITS_EARLY.format(status=status))
-    kernel = build(ws)
-    try:
-        result = await kernel.call(kernel.start_run(), "verifier.run", {})
-    finally:
-        kernel.close()
+    result = await verify(ws)
     assert result.status is Status.FAILED
     assert result.error_code is ErrorCode.TOOL_ERROR
     out = result.structured_output
@@ -222,11 +213,7 @@ REPORTS = {
 @pytest.mark.parametrize("kind", sorted(REPORTS))
 async def test_exit_zero_does_not_pass_a_report_without_a_test_that_passed(ws, kind):
     script = WRITES_REPORT.format(xml=REPORTS[kind])
-    kernel = build(ws, SandboxSettings(test_command=("python", "-c", script, "{junitxml}")))
-    try:
-        result = await kernel.call(kernel.start_run(), "verifier.run", {})
-    finally:
-        kernel.close()
+    result = await verify(ws, SandboxSettings(test_command=("python", "-c", script, "{junitxml}")))
     assert result.status is Status.FAILED
     assert result.error_code is ErrorCode.TOOL_ERROR
     out = result.structured_output
@@ -238,33 +225,21 @@ async def test_an_oversize_report_is_not_read_and_does_not_pass(ws):
     script = WRITES_REPORT.format(xml=REPORTS["failures"].replace('"1"', '"0"')).replace(
         "f.write(", f"f.write('<!--' + 'x' * {MAX_REPORT_BYTES} + '-->' + "
     )
-    kernel = build(ws, SandboxSettings(test_command=("python", "-c", script, "{junitxml}")))
-    try:
-        result = await kernel.call(kernel.start_run(), "verifier.run", {})
-    finally:
-        kernel.close()
+    result = await verify(ws, SandboxSettings(test_command=("python", "-c", script, "{junitxml}")))
     assert result.status is Status.FAILED
     assert result.structured_output["reportSource"] == "text"
 
 
 async def test_a_command_without_a_report_passes_on_its_exit_status(ws):
     settings = SandboxSettings(test_command=("python", "-c", "print('all good')"))
-    kernel = build(ws, settings)
-    try:
-        result = await kernel.call(kernel.start_run(), "verifier.run", {})
-    finally:
-        kernel.close()
+    result = await verify(ws, settings)
     assert result.status is Status.SUCCEEDED
     assert result.structured_output["passed"] is True
 
 
 async def test_a_command_without_a_report_does_not_pass_when_its_output_names_failures(ws):
     printed = "print('FAILED tests/test_client.py::test_bad - assert 1 == 2')"
-    kernel = build(ws, SandboxSettings(test_command=("python", "-c", printed)))
-    try:
-        result = await kernel.call(kernel.start_run(), "verifier.run", {})
-    finally:
-        kernel.close()
+    result = await verify(ws, SandboxSettings(test_command=("python", "-c", printed)))
     assert result.status is Status.FAILED
     assert result.error_code is ErrorCode.TOOL_ERROR
     assert result.structured_output["passed"] is False
@@ -312,11 +287,7 @@ FILLS_REPORT_DIR = textwrap.dedent(
 
 async def test_files_beside_the_report_stay_within_the_sandbox_tmp_limit(ws):
     (ws / "tests" / "test_client.py").write_text(FILLS_REPORT_DIR)
-    kernel = build(ws, SandboxSettings(limits=SandboxLimits(tmp_bytes=1 << 20)))
-    try:
-        result = await kernel.call(kernel.start_run(), "verifier.run", {})
-    finally:
-        kernel.close()
+    result = await verify(ws, SandboxSettings(limits=SandboxLimits(tmp_bytes=1 << 20)))
     assert result.status is Status.SUCCEEDED, result.safe_message
     assert result.structured_output["reportSource"] == "junit"
 
@@ -325,11 +296,6 @@ async def test_a_run_past_its_timeout_is_timed_out(ws):
     (ws / "tests" / "test_client.py").write_text(
         "import time\n\n\ndef test_slow():\n    time.sleep(60)\n"
     )
-    kernel = build(ws)
-    try:
-        with anyio.fail_after(50):
-            result = await kernel.call(kernel.start_run(), "verifier.run", {"timeoutMs": 1000})
-    finally:
-        kernel.close()
+    result = await verify(ws, None, {"timeoutMs": 1000})
     assert result.status is Status.TIMED_OUT
     assert result.error_code is ErrorCode.TIMEOUT
