@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
 
@@ -448,16 +450,25 @@ async def test_a_sync_approver_does_not_stop_the_event_loop_while_it_decides(ker
     assert seen[0] >= 5  # the loop kept running while the approver blocked its thread
 
 
-async def test_a_call_cancelled_while_a_sync_approver_blocks_returns_at_once(kernel_factory):
+@contextmanager
+def human_at_a_prompt() -> Iterator[Callable[[ApprovalRequest], ApprovalDecision]]:
+    """A sync approver blocked at its prompt until the block ends (10 s at most)."""
     release = threading.Event()
 
     def human(_request: ApprovalRequest) -> ApprovalDecision:
         release.wait(10)
         return ApprovalDecision(True, "human")
 
-    kernel = kernel_factory(NETWORK_ASK, approver=human)
-    run = kernel.start_run()
     try:
+        yield human
+    finally:
+        release.set()
+
+
+async def test_a_call_cancelled_while_a_sync_approver_blocks_returns_at_once(kernel_factory):
+    with human_at_a_prompt() as human:
+        kernel = kernel_factory(NETWORK_ASK, approver=human)
+        run = kernel.start_run()
         with anyio.fail_after(3):  # before the fix: only when the approver answered
             async with anyio.create_task_group() as group:
 
@@ -467,27 +478,17 @@ async def test_a_call_cancelled_while_a_sync_approver_blocks_returns_at_once(ker
 
                 group.start_soon(cancel_soon)
                 result = await kernel.call(run, "web.fetch", {"url": "https://example.org"})
-    finally:
-        release.set()
     assert (result.status, result.error_code) == (Status.CANCELLED, ErrorCode.USER_CANCELLED)
 
 
 async def test_a_caller_cancelled_while_a_human_is_asked_leaves_the_hold_denied(kernel_factory):
     """Cancelling the caller's task (a timeout around the call) ended the hold with no
     decision event; run.cancel already recorded APPROVAL_DENIED by the runtime."""
-    release = threading.Event()
-
-    def human(_request: ApprovalRequest) -> ApprovalDecision:
-        release.wait(10)
-        return ApprovalDecision(True, "human")
-
-    kernel = kernel_factory(NETWORK_ASK, approver=human)
-    run = kernel.start_run()
-    try:
+    with human_at_a_prompt() as human:
+        kernel = kernel_factory(NETWORK_ASK, approver=human)
+        run = kernel.start_run()
         with anyio.move_on_after(0.3):
             await kernel.call(run, "web.fetch", {"url": "https://example.org"})
-    finally:
-        release.set()
     events = kernel.ledger.events(run.id)
     assert [e.type for e in events] == [
         EventType.TOOL_CALL_REQUEST,

@@ -1330,17 +1330,25 @@ async def test_the_pool_never_runs_more_sync_tools_than_max_threads_once_they_re
     assert most == 1
 
 
+def slow_tool(name: str, started: anyio.Event, **options: Any) -> FunctionTool:
+    """An async tool that sets ``started`` and then sleeps: in flight when the kernel
+    is closed under it."""
+
+    @tool(name, **options)
+    async def slowly() -> str:
+        """Work slowly."""
+        started.set()
+        await anyio.sleep(30)
+        return "late"
+
+    return slowly
+
+
 async def test_closing_the_kernel_stops_calls_in_flight_and_records_them(kernel_factory):
     """close() returned at once and closed the ledger under running calls: they raised
     LedgerError, a READ_ONLY call left no events, a mutating one no RESULT."""
     started = anyio.Event()
-
-    @tool("job.slow_read")
-    async def slow_read() -> str:
-        """Read slowly."""
-        started.set()
-        await anyio.sleep(30)
-        return "late"
+    slow_read = slow_tool("job.slow_read", started)
 
     @tool("job.slow_write", mutating=True)
     def slow_write(ctx: ToolContext) -> str:
@@ -1417,13 +1425,7 @@ async def test_closing_during_a_turn_stops_its_later_segments_too(kernel_factory
     segment found the ledger closed, the turn raised, and the second call left no
     record (a review found it)."""
     started = anyio.Event()
-
-    @tool("job.write_slowly", mutating=True)
-    async def write_slowly() -> str:
-        """Write slowly."""
-        started.set()
-        await anyio.sleep(30)
-        return "late"
+    write_slowly = slow_tool("job.write_slowly", started, mutating=True)
 
     kernel = kernel_factory()
     kernel.register(write_slowly)
@@ -1453,13 +1455,7 @@ async def test_a_failure_closing_the_ledger_does_not_replace_a_recorded_result(
     kernel_factory, caplog
 ):
     started = anyio.Event()
-
-    @tool("job.read_slowly")
-    async def read_slowly() -> str:
-        """Read slowly."""
-        started.set()
-        await anyio.sleep(30)
-        return "late"
+    read_slowly = slow_tool("job.read_slowly", started)
 
     kernel = kernel_factory()
     kernel.register(read_slowly)
