@@ -74,7 +74,7 @@ from toolkernel.definition import ExecutionMode
 from toolkernel.dispatch import Invocation
 from toolkernel.functions import tool
 from toolkernel.kernel import Kernel
-from toolkernel.ledger import Event, Ledger, NewEvent, RunSummary, VerifyReport
+from toolkernel.ledger import Event, Ledger, NewEvent, RunSummary, VerifiedRead, VerifyReport
 from toolkernel.run import Run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -219,6 +219,9 @@ class DiscardingLedger(Ledger):
 
     def verify(self, run_id: str | None = None) -> VerifyReport:
         return VerifyReport(0, 0)
+
+    def read_verified(self, run_id: str | None = None) -> VerifiedRead:
+        return VerifiedRead(VerifyReport(0, 0), [])
 
     def close(self) -> None:
         pass

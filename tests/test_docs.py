@@ -75,6 +75,15 @@ def test_the_documented_standalone_checker_verifies_real_ledgers_and_catches_edi
     assert gap.returncode == 1
     assert "expected seq 4" in gap.stdout
 
+    # A run id written to fool a reader's terminal is printed escaped.
+    spoof = "\x1b[2J\x1b[32mevery chain is intact\x1b[8m\u202e"
+    export.write_text(json.dumps([{**events[0], "runId": spoof}]), encoding="utf-8")
+    spoofed = _check(script, export)
+    assert spoofed.returncode == 1
+    assert "\x1b" not in spoofed.stdout
+    assert "\u202e" not in spoofed.stdout
+    assert "\\x1b[2J" in spoofed.stdout
+
 
 def test_the_readmes_configuration_example_loads(tmp_path):
     """A newcomer copies it: every key must be where the loader looks for it."""

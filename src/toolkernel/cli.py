@@ -44,7 +44,7 @@ from toolkernel.ledger import (
     SqliteLedger,
     VerifyReport,
 )
-from toolkernel.replay import exchanges
+from toolkernel.replay import paired
 from toolkernel.run import Run
 from toolkernel.state import check_placement
 from toolkernel.terminal import json_text, printable
@@ -536,34 +536,17 @@ def _ledger_show(args: argparse.Namespace) -> int:
             if args.format == "json":
                 _print_json([])
             return EXIT_FAILED
-        report = ledger.verify(args.run_id)
-        _warn_unverified(report)
-        events = _readable_events(ledger, args.run_id, report)
+        read = ledger.read_verified(args.run_id)
+    report, events = read.report, read.events
+    _warn_unverified(report)
+    for why in read.left_out.values():
+        print(f"  not shown: {printable(why)}", file=sys.stderr)
     if args.format == "json":
         found = _by_event(report.problems)
         _print_json([_event_json(e, found.get((e.run_id, e.seq))) for e in events])
     else:
         print_ledger_table(events, problems=report.problems)
     return EXIT_OK if report.ok else EXIT_FAILED
-
-
-def _readable_events(ledger: Ledger, run_id: str | None, report: VerifyReport) -> list[Event]:
-    """The events of ``run_id`` (of every run, without one). A run with an event that
-    cannot be decoded, as ``report`` found, is left out, and stderr says so."""
-    events: list[Event] = []
-    for run in [run_id] if run_id is not None else [r.run_id for r in ledger.runs()]:
-        try:
-            events.extend(ledger.events(run))
-        except LedgerError as exc:
-            if not _undecodable(report):
-                raise
-            print(f"  not shown: {printable(str(exc))}", file=sys.stderr)
-    return events
-
-
-def _undecodable(report: VerifyReport) -> bool:
-    """Whether verify found a stored field that reading cannot decode."""
-    return any(problem.kind == "bad_payload" for problem in report.problems)
 
 
 def _warn_unverified(report: VerifyReport) -> None:
@@ -695,21 +678,25 @@ def _ledger_verify(args: argparse.Namespace) -> int:
 
 def _ledger_replay(args: argparse.Namespace) -> int:
     with _stored_ledger(args) as ledger:
-        held = _holding(ledger, args.run_id, args)
-        report = held.verify(args.run_id)
-        _warn_unverified(report)
-        if not report.ok and not args.allow_broken:
-            refused = f"replay refused: run {args.run_id} fails verification"
-            print(f"{printable(refused)} (--allow-broken rebuilds it anyway)", file=sys.stderr)
-            return EXIT_FAILED
-        try:
-            # Verified above: a broken run got here only with --allow-broken.
-            for exchange in exchanges(held, args.run_id, allow_broken=True):
-                print(json_text(exchange.to_dict()))
-        except LedgerError as exc:
-            if not _undecodable(report):
-                raise
-            print(f"replay stopped: {printable(str(exc))}", file=sys.stderr)
+        read = _holding(ledger, args.run_id, args).read_verified(args.run_id)
+    report = read.report
+    _warn_unverified(report)
+    if not report.ok and not args.allow_broken:
+        refused = f"replay refused: run {args.run_id} fails verification"
+        print(f"{printable(refused)} (--allow-broken rebuilds it anyway)", file=sys.stderr)
+        return EXIT_FAILED
+    if args.run_id in read.left_out:
+        print(f"replay stopped: {printable(read.left_out[args.run_id])}", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        # What was verified above is what is paired: a broken run only with --allow-broken.
+        for exchange in paired(read.events, args.run_id):
+            print(json_text(exchange.to_dict()))
+    except LedgerError as exc:
+        if report.ok:
+            raise  # a verified RESULT replay cannot read: an error, not a broken run
+        print(f"replay stopped: {printable(str(exc))}", file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_OK if report.ok else EXIT_FAILED
 
 

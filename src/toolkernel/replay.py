@@ -22,9 +22,9 @@ from typing import Any, Final
 from toolkernel.calls import ToolCallRequest, ToolCallResult
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.dispatch import Outcome
-from toolkernel.ledger import EventType, Ledger, LedgerError, Problem
+from toolkernel.ledger import Event, EventType, Ledger, LedgerError, Problem, VerifyReport
 
-__all__ = ["Exchange", "RecordedResults", "exchanges"]
+__all__ = ["Exchange", "RecordedResults", "exchanges", "paired", "require_intact"]
 
 _NAMED_PROBLEMS: Final = 5
 """How many of a broken run's problems a refusal names; ``ledger verify`` lists all."""
@@ -54,22 +54,36 @@ class Exchange:
 def exchanges(ledger: Ledger, run_id: str, *, allow_broken: bool = False) -> list[Exchange]:
     """Every completed call of the run, in the order the ledger recorded the requests,
     once the run's hash chain verifies (``allow_broken``: read a run that fails too).
+    The events paired are the events verified, from one read of the ledger.
+
+    Raises:
+        LedgerError: the run fails verification (its problems are named), or the
+            ledger cannot be read.
+    """
+    read = ledger.read_verified(run_id)
+    if not allow_broken:
+        require_intact(read.report, run_id)
+    if run_id in read.left_out:
+        raise LedgerError(read.left_out[run_id])
+    return paired(read.events, run_id)
+
+
+def paired(events: Iterable[Event], run_id: str) -> list[Exchange]:
+    """The completed calls among ``events`` (one run's, in ``seq`` order), as
+    ``exchanges`` gives them, without verifying anything.
 
     Calls may share a tool-call id (providers reuse ids across turns). The kernel
     refuses a call whose id is still open, with a RESULT right after its REQUEST, so a
     later event belongs to the latest open REQUEST of its id.
 
     Raises:
-        LedgerError: the run fails verification (its problems are named), or the
-            ledger cannot be read.
+        LedgerError: a RESULT that replay cannot read.
     """
-    if not allow_broken:
-        _require_intact(ledger, run_id)
     requests: list[dict[str, Any]] = []
     started: set[int] = set()
     results: dict[int, ToolCallResult] = {}
     open_calls: dict[str, list[int]] = defaultdict(list)
-    for event in ledger.events(run_id):
+    for event in events:
         call_id = event.tool_call_id
         if call_id is None:
             continue
@@ -158,8 +172,12 @@ class RecordedResults:
         )
 
 
-def _require_intact(ledger: Ledger, run_id: str) -> None:
-    report = ledger.verify(run_id)
+def require_intact(report: VerifyReport, run_id: str) -> None:
+    """Refuse to replay a run whose verify ``report`` found problems.
+
+    Raises:
+        LedgerError: naming the first problems.
+    """
     if report.ok:
         return
     named = "; ".join(_problem_text(p) for p in report.problems[:_NAMED_PROBLEMS])

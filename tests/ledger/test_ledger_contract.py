@@ -779,6 +779,58 @@ def test_verify_lists_calls_that_have_a_request_and_no_result(ledger):
     assert report.unfinished == [("run_a", "call_cut")]
 
 
+def test_a_call_left_open_stays_unfinished_when_a_refused_repeat_of_its_id_ends(ledger):
+    # The kernel refuses a repeat of an open id with a REQUEST and a RESULT of its own:
+    # that RESULT ends the repeat (the latest open REQUEST of the id), not the first call.
+    ledger.append(
+        "run_a",
+        [
+            NewEvent(EventType.TOOL_CALL_REQUEST, {"toolName": "deploy"}, "c1"),
+            NewEvent(EventType.APPROVAL_REQUESTED, {"toolName": "deploy"}, "c1"),
+            NewEvent(EventType.TOOL_CALL_REQUEST, {"toolName": "explain"}, "c1"),
+            NewEvent(EventType.TOOL_CALL_RESULT, {"result": {}}, "c1"),
+        ],
+    )
+    assert ledger.verify().unfinished == [("run_a", "c1")]
+
+
+def test_read_verified_gives_the_events_and_the_report_of_one_read(ledger: Ledger) -> None:
+    ledger.append("run-b", [request(1)])
+    ledger.append("run-a", [request(n) for n in range(1, 4)])
+
+    whole, one = ledger.read_verified(), ledger.read_verified("run-a")
+
+    assert whole.report == ledger.verify()
+    assert whole.report.ok
+    assert whole.events == ledger.events("run-b") + ledger.events("run-a")  # oldest run first
+    assert one.events == ledger.events("run-a")
+    assert one.report == ledger.verify("run-a")
+    assert whole.left_out == {} == one.left_out
+
+
+@pytest.mark.parametrize("change", sorted(_TAMPERING))
+def test_read_verified_reports_what_verify_reports(
+    ledger: Ledger, backend: Backend, change: str
+) -> None:
+    ledger.append("run-1", [request(n) for n in range(1, 5)])
+    ledger.append("run-2", [request(1)])
+    sql = _TAMPERING[change][0]
+    only_run_1 = " WHERE run_id = 'run-1'"
+    backend.tamper(
+        sql.replace(" WHERE", f"{only_run_1} AND") if "WHERE" in sql else sql + only_run_1
+    )
+
+    read = ledger.read_verified()
+
+    assert read.report == ledger.verify()
+    assert [e.run_id for e in read.events if e.run_id == "run-2"] == ["run-2"]
+    if "run-1" in read.left_out:  # an event of it cannot be decoded: the run is left out
+        assert "cannot be decoded" in read.left_out["run-1"]
+        assert {e.run_id for e in read.events} == {"run-2"}
+    else:
+        assert [e for e in read.events if e.run_id == "run-1"] == ledger.events("run-1")
+
+
 # --- idempotency claims across processes ------------------------------------------------
 
 

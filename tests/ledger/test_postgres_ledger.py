@@ -173,6 +173,31 @@ def test_a_chain_copied_into_the_sqlite_ledger_verifies_there(
         assert moved.events("run-1") == ledger.events("run-1")
 
 
+def test_what_is_presented_is_what_was_verified_when_a_view_answers_each_read_otherwise(
+    dsn: str, ledger: PostgresLedger, schema: str
+) -> None:
+    # A view in place of the table shows verify's snapshot the stored rows and every
+    # other read a forged RESULT; the heads and hashes are untouched.
+    ledger.append(
+        "run-a", [request(1), NewEvent(EventType.TOOL_CALL_RESULT, {"s": "FAILED"}, "c1")]
+    )
+    tamper(dsn, schema, "ALTER TABLE events RENAME TO events_real")
+    tamper(
+        dsn,
+        schema,
+        "CREATE VIEW events AS SELECT run_id, seq, type, at, tool_call_id, "
+        "CASE WHEN current_setting('transaction_isolation') <> 'repeatable read' "
+        "THEN replace(payload, 'FAILED', 'SUCCEEDED') ELSE payload END AS payload, "
+        "prev_hash, hash FROM events_real",
+    )
+    assert ledger.events("run-a")[1].payload == {"s": "SUCCEEDED"}  # a second read lies
+
+    read = ledger.read_verified("run-a")
+
+    assert read.report.ok
+    assert [e.payload for e in read.events] == [request(1).payload, {"s": "FAILED"}]
+
+
 # --- failures and the server ----------------------------------------------------------
 
 

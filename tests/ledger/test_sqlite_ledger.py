@@ -346,3 +346,23 @@ def test_a_ledger_nobody_closed_leaves_no_file_descriptor_behind(tmp_path):
         )
     gc.collect()
     assert open_descriptors() == before
+
+
+def test_a_duplicated_event_is_named_as_a_repeat_not_as_a_missing_seq(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    with SqliteLedger(path) as ledger:
+        ledger.append("run-1", [NewEvent(EventType.TOOL_CALL_REQUEST, {"n": n}) for n in range(5)])
+    conn = sqlite3.connect(path)
+    with conn:  # the table rebuilt without its key, seq 4 copied
+        conn.execute("CREATE TABLE copy AS SELECT * FROM events")
+        conn.execute("DROP TABLE events")
+        conn.execute("ALTER TABLE copy RENAME TO events")
+        conn.execute("INSERT INTO events SELECT * FROM events WHERE seq = 4")
+    conn.close()
+
+    with SqliteLedger(path, read_only=True) as ledger:
+        problems = ledger.verify().problems
+
+    assert [(p.seq, p.kind, p.detail) for p in problems if p.kind == "gap"] == [
+        (4, "gap", "seq 4 again after seq 4")
+    ]

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from toolkernel.calls import ToolCallRequest
 from toolkernel.codes import Status
 from toolkernel.kernel import Kernel
-from toolkernel.ledger import LedgerError
+from toolkernel.ledger import Event, EventType, LedgerError, SqliteLedger
 from toolkernel.replay import RecordedResults, exchanges
 from toolkernel.run import Run
 
@@ -88,3 +90,53 @@ async def test_the_exchanges_of_an_edited_run_are_refused_unless_allowed(kernel_
         exchanges(kernel.ledger, run.id)
     shown = exchanges(kernel.ledger, run.id, allow_broken=True)
     assert [e.result.structured_output for e in shown] == [FORGED]
+
+
+class ChangesBetweenReads(SqliteLedger):
+    """A ledger whose separate event reads answer with a forged result, as a view or a
+    writer between two reads could: what is verified must be what is presented."""
+
+    def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
+        return [
+            replace(
+                e,
+                payload={
+                    **e.payload,
+                    "result": {**e.payload["result"], "structuredOutput": FORGED},
+                },
+            )
+            if e.type is EventType.TOOL_CALL_RESULT
+            else e
+            for e in super().events(run_id, after_seq=after_seq)
+        ]
+
+
+async def test_replay_presents_the_very_events_it_verified(kernel_factory, workspace):
+    kernel = kernel_factory()
+    run = await recorded_run(kernel)
+    honest = [e.result for e in exchanges(kernel.ledger, run.id)]
+
+    with ChangesBetweenReads(workspace / ".toolkernel" / "ledger.db", read_only=True) as ledger:
+        assert ledger.events(run.id) != kernel.ledger.events(run.id)  # the second read lies
+        assert [e.result for e in exchanges(ledger, run.id)] == honest
+        recorded = RecordedResults.from_ledger(ledger, run.id)
+    assert [e.status for e in honest] == [Status.SUCCEEDED]
+    assert recorded.take(honest_request(kernel, run.id)).output == honest[0].structured_output
+
+
+def honest_request(kernel: Kernel, run_id: str) -> ToolCallRequest:
+    [payload] = [
+        e.payload for e in kernel.ledger.events(run_id) if e.type is EventType.TOOL_CALL_REQUEST
+    ]
+    return ToolCallRequest(
+        tool_call_id="again",
+        run_id="replayer",
+        tool_name=payload["toolName"],
+        arguments=payload["arguments"],
+        arguments_hash=payload["argumentsHash"],
+        tool_version=None,
+        step_id=None,
+        idempotency_key=None,
+        requested_by=None,
+        trace_context=None,
+    )

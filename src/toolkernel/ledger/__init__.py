@@ -14,6 +14,7 @@ from toolkernel.ledger.base import (
     Problem,
     ProblemKind,
     RunSummary,
+    VerifiedRead,
     VerifyReport,
     event_hash,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "ProblemKind",
     "RunSummary",
     "SqliteLedger",
+    "VerifiedRead",
     "VerifyReport",
     "event_hash",
 ]

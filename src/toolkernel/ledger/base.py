@@ -9,8 +9,9 @@ makes a deleted tail detectable too. The idempotency index (:attr:`NewEvent.inde
 is outside the chain; verify checks its entries against the events they point at.
 
 The chain is unkeyed: it detects accidental damage and naive edits, not someone with
-write access who recomputes every hash and the head. Anchoring heads outside the
-database is what closes that gap.
+write access who recomputes every hash and the head, or who deletes a run with its head
+or moves a head back over a deleted tail (no hashing needed). Anchoring heads outside
+the database is what closes that gap.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ __all__ = [
     "Problem",
     "ProblemKind",
     "RunSummary",
+    "VerifiedRead",
     "VerifyReport",
     "chained_hash",
     "event_hash",
@@ -178,11 +180,11 @@ class Problem:
         seq: The event it concerns, or ``None`` when it concerns the run as a whole.
         kind: ``hash_mismatch`` (an event's fields no longer match its hash),
             ``broken_link`` (``prev_hash`` is not the previous event's hash), ``gap``
-            (a ``seq`` is missing), ``head_mismatch`` (the run's recorded head is not
-            its last event: a deleted tail or run), ``bad_payload`` (a stored field
-            cannot be decoded, or is stored as another type) or ``index_mismatch`` (an
-            idempotency index entry does not point at the RESULT of its tool and key,
-            or a RESULT stored under a key has no entry).
+            (a ``seq`` is missing, or stored twice), ``head_mismatch`` (the run's
+            recorded head is not its last event: a deleted tail or run), ``bad_payload``
+            (a stored field cannot be decoded, or is stored as another type) or
+            ``index_mismatch`` (an idempotency index entry does not point at the RESULT
+            of its tool and key, or a RESULT stored under a key has no entry).
         detail: A sentence for the operator.
     """
 
@@ -207,6 +209,22 @@ class VerifyReport:
     def ok(self) -> bool:
         """Whether no problem was found."""
         return not self.problems
+
+
+@dataclass(frozen=True)
+class VerifiedRead:
+    """What :meth:`Ledger.read_verified` read: the events, and the report on exactly them.
+
+    Attributes:
+        report: What verify found in the events read.
+        events: The events read, run by run (runs by their first event's time); a run
+            with an event that cannot be decoded is left out whole.
+        left_out: The runs left out, by id, with why their events cannot be decoded.
+    """
+
+    report: VerifyReport
+    events: list[Event]
+    left_out: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -271,6 +289,17 @@ class Ledger(abc.ABC):
     def verify(self, run_id: str | None = None) -> VerifyReport:
         """Check the chain of one run, or of every run, and the idempotency index
         entries pointing into it; tampering shows as problems.
+
+        Raises:
+            LedgerError: the storage could not be read at all.
+        """
+
+    @abc.abstractmethod
+    def read_verified(self, run_id: str | None = None) -> VerifiedRead:
+        """The events of one run, or of every run, with :meth:`verify`'s report on
+        those very events: one read, so what is presented is what was verified (a
+        ``verify`` and then an ``events`` are two reads, and the ledger may change, or
+        answer differently, between them).
 
         Raises:
             LedgerError: the storage could not be read at all.

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Sequence
 
 from toolkernel.errors import LedgerError
-from toolkernel.ledger.base import Event, Ledger, NewEvent, RunSummary, VerifyReport
+from toolkernel.ledger.base import Event, Ledger, NewEvent, RunSummary, VerifiedRead, VerifyReport
 
 __all__ = ["GroupCommitLedger"]
 
@@ -143,6 +143,10 @@ class GroupCommitLedger(Ledger):
     def verify(self, run_id: str | None = None) -> VerifyReport:
         self.sync()
         return self._inner.verify(run_id)
+
+    def read_verified(self, run_id: str | None = None) -> VerifiedRead:
+        self.sync()
+        return self._inner.read_verified(run_id)
 
     def close(self) -> None:
         """Store what is queued, stop the writer and close the inner ledger.

@@ -45,12 +45,21 @@ from toolkernel.ledger.base import (
     LedgerError,
     NewEvent,
     RunSummary,
+    VerifiedRead,
     VerifyReport,
 )
 
 # The record layout, chaining, decoding and verification are the SQLite backend's, so
 # that both backends store and check exactly the same thing.
-from toolkernel.ledger.rows import Head, Prepared, Verifier, chain_rows, row_event, stored_events
+from toolkernel.ledger.rows import (
+    Head,
+    Prepared,
+    Verifier,
+    chain_rows,
+    readable_runs,
+    row_event,
+    stored_events,
+)
 
 __all__ = ["PostgresLedger"]
 
@@ -382,25 +391,37 @@ class PostgresLedger(Ledger):
         Raises:
             LedgerError: the ledger could not be read.
         """
+        return self._verified(run_id, keep=False).report
+
+    def read_verified(self, run_id: str | None = None) -> VerifiedRead:
+        """See :meth:`Ledger.read_verified` (the events are held in memory).
+
+        Raises:
+            LedgerError: the ledger could not be read.
+        """
+        return self._verified(run_id, keep=True)
+
+    def _verified(self, run_id: str | None, *, keep: bool) -> VerifiedRead:
         if run_id is not None and "\0" in run_id:
-            return VerifyReport(0, 0)
+            return VerifiedRead(VerifyReport(0, 0), [])
         params: tuple[str, ...]
         if run_id is None:
             heads_sql, events_sql, params = _SELECT_HEADS, _SELECT_ALL_EVENTS, ()
         else:
             heads_sql, events_sql, params = _SELECT_RUN_HEAD, _SELECT_RUN_EVENTS, (run_id,)
 
-        def check(conn: _Conn) -> VerifyReport:
+        def check(conn: _Conn) -> VerifiedRead:
             with conn.transaction():
                 # One snapshot, so events and heads are seen at the same instant even
                 # while other workers append.
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 heads = {r: (s, h) for r, s, h in conn.execute(heads_sql, params)}
-                verifier = Verifier(heads, conn.execute(_SELECT_INDEX), run_id=run_id)
+                verifier = Verifier(heads, conn.execute(_SELECT_INDEX), run_id=run_id, keep=keep)
                 with conn.cursor(name="toolkernel_verify") as cursor:
                     cursor.itersize = _VERIFY_BATCH
                     cursor.execute(events_sql, params)
-                    return verifier.run(cursor)
+                    report = verifier.run(cursor)
+            return VerifiedRead(report, *readable_runs(verifier.rows))
 
         return self._retrying("verify", check)
 

@@ -36,6 +36,7 @@ __all__ = [
     "Undecoded",
     "Verifier",
     "chain_rows",
+    "readable_runs",
     "row_event",
     "stored_events",
 ]
@@ -117,6 +118,36 @@ def row_event(row: tuple[Any, ...]) -> Event:
     return Event(run_id, seq, kind, at, tool_call_id, payload, prev_hash, digest)
 
 
+def readable_runs(rows: Iterable[tuple[Any, ...]]) -> tuple[list[Event], dict[str, str]]:
+    """Rows in (run_id, seq) order as events, run by run, runs by their first event's
+    time; a run with a row that cannot be decoded is left out whole: ``{run id: why}``."""
+    runs: dict[object, list[Event]] = {}
+    left_out: dict[str, str] = {}
+    for row in rows:
+        run_id = row[0]
+        if _name(run_id) in left_out:
+            continue
+        try:
+            event = row_event(row)
+        except LedgerError as exc:
+            runs.pop(run_id, None)
+            left_out[_name(run_id)] = str(exc)
+            continue
+        runs.setdefault(run_id, []).append(event)
+    ordered = sorted(runs.values(), key=_first_time)
+    return [event for events in ordered for event in events], left_out
+
+
+def _first_time(events: list[Event]) -> tuple[str, str]:
+    """Runs in the order ``Ledger.runs`` lists them: by first event time, then id."""
+    return min(event.at for event in events), events[0].run_id
+
+
+def _name(run_id: object) -> str:
+    """A run id as problems name it: one stored as another type, as it is stored."""
+    return run_id if isinstance(run_id, str) else repr(run_id)
+
+
 def _undecodable(run_id: object, seq: object, why: str) -> LedgerError:
     message = f"event {seq} of run {run_id!r} cannot be decoded ({why}); verify the ledger"
     return LedgerError(message)
@@ -190,12 +221,17 @@ class Verifier:
         index: Iterable[IndexEntry] = (),
         *,
         run_id: str | None = None,
+        keep: bool = False,
     ) -> None:
         self.heads = heads
         self.problems: list[Problem] = []
         self.runs = 0
         self.events = 0
-        self._open_calls: dict[tuple[str, str], None] = {}  # REQUEST seen, no RESULT yet
+        self.rows: list[tuple[Any, ...]] = []  # with ``keep``: every row walked, in order
+        self._keep = keep
+        # REQUESTs without a RESULT yet, by id: a RESULT ends the latest open REQUEST of
+        # its id (as replay pairs them), so a refused repeat of an open id leaves it open.
+        self._open_calls: dict[tuple[str, str], int] = {}
         self._keys: set[tuple[Any, Any]] = set()
         # The entries to check, by the (run_id, seq) of the event they point at.
         self._entries: dict[tuple[Any, Any], list[tuple[Any, Any]]] = {}
@@ -208,6 +244,8 @@ class Verifier:
         current: object = _NO_RUN
         expected, prev, last = 1, GENESIS_HASH, (0, GENESIS_HASH)
         for row in rows:
+            if self._keep:
+                self.rows.append(row)
             run_id, seq, type_, _, _, _, prev_hash, stored = row
             if run_id != current:
                 if current is not _NO_RUN:
@@ -220,7 +258,9 @@ class Verifier:
                 self._add(run_id, seq, "bad_payload", misstored)
                 if type(seq) is not int:
                     continue  # no place in the chain: the seq it had shows as a gap
-            if seq != expected:
+            if seq < expected:
+                self._add(run_id, seq, "gap", f"seq {seq} again after seq {expected - 1}")
+            elif seq != expected:
                 self._add(run_id, seq, "gap", f"expected seq {expected}, found seq {seq}")
             elif prev_hash != prev:
                 self._add(run_id, seq, "broken_link", "prev_hash is not the previous hash")
@@ -243,10 +283,14 @@ class Verifier:
         run_id, _, type_, _, tool_call_id, *_ = row
         if tool_call_id is None:
             return
+        call = (run_id, tool_call_id)
         if type_ == EventType.TOOL_CALL_REQUEST:
-            self._open_calls[(run_id, tool_call_id)] = None
-        elif type_ == EventType.TOOL_CALL_RESULT:
-            self._open_calls.pop((run_id, tool_call_id), None)
+            self._open_calls[call] = self._open_calls.get(call, 0) + 1
+        elif type_ == EventType.TOOL_CALL_RESULT and call in self._open_calls:
+            if self._open_calls[call] > 1:
+                self._open_calls[call] -= 1
+            else:
+                del self._open_calls[call]
 
     def _check_event(self, row: tuple[Any, ...]) -> dict[str, Any] | None:
         """Check one well-typed row; its payload, if it is a JSON object."""
@@ -297,8 +341,8 @@ class Verifier:
 
     def _add(self, run_id: object, seq: object, kind: ProblemKind, detail: str) -> None:
         # A run id or seq stored as another type is named as it is stored.
-        name = run_id if isinstance(run_id, str) else repr(run_id)
-        self.problems.append(Problem(name, seq if type(seq) is int else None, kind, detail))
+        place = seq if type(seq) is int else None
+        self.problems.append(Problem(_name(run_id), place, kind, detail))
 
 
 _NO_RUN: Final = object()

@@ -11,8 +11,10 @@ onto cannot move while it writes. The head is cached per run to spare a read on 
 append; the cached head is only trusted if the conditional head update matches it,
 otherwise it is reloaded within the same transaction.
 
-Opened ``read_only``, the file is only read: nothing is created, migrated or switched
-to WAL, so an auditor may verify a ledger they cannot write, or an archived copy.
+Opened ``read_only``, the file is only read: no table is created or migrated and the
+file is not switched to WAL, so an auditor may verify a ledger they cannot write, or an
+archived copy (SQLite may create the empty -wal and -shm files it reads a WAL-mode file
+with, where the directory allows).
 
 Stored text that is not UTF-8 (written by hand) is read as its bytes, so that ``verify``
 reports it at its run and seq instead of failing the whole read.
@@ -41,6 +43,7 @@ from toolkernel.ledger.base import (
     LedgerError,
     NewEvent,
     RunSummary,
+    VerifiedRead,
     VerifyReport,
 )
 from toolkernel.ledger.rows import (
@@ -49,6 +52,7 @@ from toolkernel.ledger.rows import (
     Undecoded,
     Verifier,
     chain_rows,
+    readable_runs,
     row_event,
     stored_events,
 )
@@ -169,8 +173,9 @@ class SqliteLedger(Ledger):
         path: The database file.
         synchronous: ``"normal"`` survives an application crash; ``"full"`` also
             survives power loss, at the cost of an fsync per append.
-        read_only: only read the file, which must hold a ledger: nothing is created or
-            changed, and appends raise :class:`LedgerError`. What is not a ledger file
+        read_only: only read the file, which must hold a ledger: it is not changed (no
+            table created, beside it at most SQLite's -wal and -shm files), and appends
+            raise :class:`LedgerError`. What is not a ledger file
             (nothing, a dangling link, a FIFO, an empty file) is refused, never waited on.
 
     Raises:
@@ -397,6 +402,17 @@ class SqliteLedger(Ledger):
         Raises:
             LedgerError: the file could not be read.
         """
+        return self._verified(run_id, keep=False).report
+
+    def read_verified(self, run_id: str | None = None) -> VerifiedRead:
+        """See :meth:`Ledger.read_verified`.
+
+        Raises:
+            LedgerError: the file could not be read.
+        """
+        return self._verified(run_id, keep=True)
+
+    def _verified(self, run_id: str | None, *, keep: bool) -> VerifiedRead:
         params: tuple[str, ...]
         if run_id is None:
             heads_sql, events_sql, params = _SELECT_HEADS, _SELECT_ALL_EVENTS, ()
@@ -409,10 +425,11 @@ class SqliteLedger(Ledger):
             conn.execute("BEGIN")
             try:
                 heads = {r: (s, h) for r, s, h in conn.execute(heads_sql, params)}
-                verifier = Verifier(heads, conn.execute(_SELECT_INDEX), run_id=run_id)
-                return verifier.run(conn.execute(events_sql, params))
+                verifier = Verifier(heads, conn.execute(_SELECT_INDEX), run_id=run_id, keep=keep)
+                report = verifier.run(conn.execute(events_sql, params))
             finally:
                 _rollback(conn)
+        return VerifiedRead(report, *readable_runs(verifier.rows))
 
     def close(self) -> None:
         """Close the database connection. Closing twice is harmless."""
@@ -472,7 +489,7 @@ def _open(path: Path, synchronous: str) -> sqlite3.Connection:
 
 
 def _open_read_only(path: Path) -> sqlite3.Connection:
-    """A connection that only reads ``path``: nothing created, migrated or switched."""
+    """A connection that only reads ``path``: no table created, migrated or switched."""
     _check_file(path)
     uri = path.absolute().as_uri()
     try:
