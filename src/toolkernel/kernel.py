@@ -262,6 +262,11 @@ class _Journal:
                 except LedgerError as exc:
                     _log.warning("an idempotency key stays claimed until its lease ends: %s", exc)
 
+    @property
+    def pending(self) -> bool:
+        """Whether events are waiting for a flush (one that failed puts them back)."""
+        return bool(self._events)
+
     def flush(self, *, durable: bool = False) -> None:
         """Hand the events to the ledger; with ``durable``, wait until they are stored."""
         if self._events:
@@ -702,6 +707,8 @@ class Kernel:
                     run.finished(call_id)
                 raise
             journal = _Journal(self.ledger, run.id, self._inflight, self._claims)
+            results: list[ToolCallResult] | None = None
+            unstored: LedgerError | None = None
             try:
                 admissions = [
                     self._refuse_repeated_id(run, call, journal)
@@ -742,10 +749,16 @@ class Kernel:
                 journal.flush(durable=exclusive)
             except BaseException as exc:
                 journal.conclude_interrupted(exc)
-                raise
+                if results is None or not isinstance(exc, LedgerError) or exc.maybe_stored:
+                    raise
+                # Only storing the decided results failed (another process held the
+                # lock, say): the flush below tries once more, and if it stores them,
+                # they are the calls' results, not an error.
+                unstored = exc
             finally:
                 try:
-                    journal.flush()  # what was decided before an error is still recorded
+                    # What was decided before an error is still recorded.
+                    journal.flush(durable=exclusive and unstored is not None)
                 finally:
                     if journal.held:
                         journal.release_keys()  # their results are in the ledger now
@@ -754,6 +767,9 @@ class Kernel:
                         self._received.pop((run.id, call_id), None)
                     for call_id in (*journal.call_ids, *named):
                         run.finished(call_id)
+            if unstored is not None and journal.pending:
+                raise unstored
+            assert results is not None  # set, or the try above raised
             return results
         finally:
             self._leave(run)
@@ -1277,15 +1293,22 @@ class Kernel:
         recorded: Event,
     ) -> ToolCallResult:
         """The result stored under the call's key, given as this call's (REQUEST and
-        RESULT, ``replayedFrom`` naming the original)."""
+        RESULT, ``replayedFrom`` naming the original), once the run that recorded it
+        verifies: a result edited in the ledger would otherwise reach the model, and be
+        stored again under a fresh, valid hash."""
         name, call_id = request.tool_name, request.tool_call_id
+        verified = self._verified_record(recorded)
+        if verified is None:
+            # Running the tool again could do twice what the key was to do once.
+            broken = ToolCallResult.from_code(call_id, ErrorCode.INTERNAL_ERROR, tool=name)
+            return self._refuse(journal, request, events, broken, entry)
+        recorded = verified
         if recorded.payload.get("argumentsHash") != request.arguments_hash:
             conflict = ToolCallResult.from_code(call_id, ErrorCode.IDEMPOTENCY_CONFLICT, tool=name)
             return self._refuse(journal, request, events, conflict, entry)
         stored = _recorded_result(recorded)
         if stored is None:
-            # The index points at something that is not a result (an edited ledger):
-            # running the tool again could do twice what the key was to do once.
+            # The index points at something that is not a result (an edited ledger).
             broken = ToolCallResult.from_code(call_id, ErrorCode.INTERNAL_ERROR, tool=name)
             return self._refuse(journal, request, events, broken, entry)
         result = stored.with_(tool_call_id=call_id)
@@ -1296,6 +1319,26 @@ class Kernel:
         _settle(self._inflight, request, entry, result)
         self._finished(request, result, request.tool_version)
         return result
+
+    def _verified_record(self, recorded: Event) -> Event | None:
+        """``recorded`` as read with its run verified, or None (and the operator told)
+        when the run fails verification or no longer holds that event."""
+        read = self.ledger.read_verified(recorded.run_id)
+        found = [e for e in read.events if e.seq == recorded.seq and e.hash == recorded.hash]
+        if read.report.ok and found:
+            return found[0]
+        problems = "; ".join(
+            f"seq {p.seq}: {p.kind}: {p.detail}" for p in read.report.problems[:3]
+        ) or "the event is no longer there"
+        _log.error(
+            "the result recorded under an idempotency key (run %s, seq %s) is not served: "
+            "its run fails verification (%s); toolkernel ledger verify --run %s lists why",
+            recorded.run_id,
+            recorded.seq,
+            problems,
+            recorded.run_id,
+        )
+        return None
 
     async def _approve(
         self,

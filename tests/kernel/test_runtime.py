@@ -796,6 +796,55 @@ async def test_a_failed_durable_write_is_retried_with_the_interrupted_result(
     assert report.unfinished == []
 
 
+@pytest.mark.parametrize(
+    ("tool_name", "arguments", "failing"),
+    [
+        ("file.write", {"path": "notes.txt", "text": "x"}, "append_durable"),
+        ("repo.lookup", {"query": "a"}, "append_batch"),
+    ],
+)
+async def test_results_stored_on_the_second_try_are_returned_not_an_error(
+    kernel_factory, workspace, tool_name, arguments, failing
+):
+    """A lock another process held while the results were stored: once the retry
+    stores them, the caller gets them (an error would have the call repeated, and a
+    mutation done twice)."""
+    from toolkernel.errors import LedgerError
+    from toolkernel.ledger import SqliteLedger
+
+    class BusyOnceAtTheResult(SqliteLedger):
+        busy = False
+
+        def _fail_once_at_the_result(self, batches) -> None:  # type: ignore[no-untyped-def]
+            results = [e for _, events in batches for e in events]
+            if not self.busy and results[-1].type is EventType.TOOL_CALL_RESULT:
+                self.busy = True
+                raise LedgerError("database is locked")
+
+        def append_durable(self, batches):  # type: ignore[no-untyped-def]
+            if failing == "append_durable":
+                self._fail_once_at_the_result(batches)
+            super().append_durable(batches)
+
+        def append_batch(self, batches):  # type: ignore[no-untyped-def]
+            if failing == "append_batch":
+                self._fail_once_at_the_result(batches)
+            super().append_batch(batches)
+
+    ledger = BusyOnceAtTheResult(workspace / "busy.db")
+    config = '[run]\nprofile = "full"\nstate = "EDITING"\n[[exposure]]\ntools = ["*"]\n'
+    kernel = kernel_factory(config, ledger=ledger)
+    run = kernel.start_run()
+
+    result = await kernel.call(run, tool_name, arguments, tool_call_id="call_busy")
+
+    assert ledger.busy
+    assert result.status is Status.SUCCEEDED
+    [stored] = [e for e in ledger.events(run.id) if e.type is EventType.TOOL_CALL_RESULT]
+    assert stored.payload["result"]["status"] == "SUCCEEDED"
+    assert ledger.verify().ok
+
+
 class _Weird(BaseException):
     """Not an Exception: what some libraries raise to unwind."""
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from toolkernel.calls import ToolCallRequest
-from toolkernel.codes import Status
+from toolkernel.codes import ErrorCode, Status
 from toolkernel.kernel import Kernel
 from toolkernel.ledger import Event, EventType, LedgerError, SqliteLedger
 from toolkernel.replay import RecordedResults, exchanges
@@ -140,3 +140,34 @@ def honest_request(kernel: Kernel, run_id: str) -> ToolCallRequest:
         requested_by=None,
         trace_context=None,
     )
+
+
+async def test_a_keyed_result_edited_in_the_ledger_is_not_served_again(
+    kernel_factory, workspace, calls, caplog
+):
+    kernel = kernel_factory()
+    first = await kernel.call(
+        kernel.start_run(), "repo.lookup", {"query": "a"}, idempotency_key="k"
+    )
+    assert first.status is Status.SUCCEEDED
+    forge_result(workspace, first_run_of(kernel))
+
+    again = await kernel.call(
+        kernel.start_run(), "repo.lookup", {"query": "a"}, idempotency_key="k"
+    )
+
+    assert (again.status, again.error_code) == (Status.FAILED, ErrorCode.INTERNAL_ERROR)
+    assert again.structured_output != FORGED
+    assert calls.count == {"repo.lookup": 1}  # not run twice either
+    assert "fails verification" in caplog.text
+    assert FORGED["injected"] not in json.dumps(
+        [e.payload for e in kernel.ledger.events(again_run(kernel))]
+    )
+
+
+def first_run_of(kernel: Kernel) -> str:
+    return kernel.ledger.runs()[0].run_id
+
+
+def again_run(kernel: Kernel) -> str:
+    return kernel.ledger.runs()[-1].run_id
