@@ -11,6 +11,7 @@ escapes, so the output stays valid JSON.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any, Final
 
@@ -18,13 +19,26 @@ __all__ = ["json_text", "printable"]
 
 
 def printable(text: str, *, one_line: bool = True) -> str:
-    """``text`` with every non-printable character escaped (``\\x1b``, ``\\u202e``);
-    with ``one_line``, runs of whitespace (newlines included) become one space."""
+    """``text`` with every character a terminal would act on or that would hide text
+    escaped (``\\x1b``, ``\\u202e``, ``\\u3164``); with ``one_line``, runs of whitespace
+    (newlines included) become one space."""
     if one_line:
         text = " ".join(text.split())
-    if text.isprintable():
+    if text.isprintable() and not _UNPRINTABLE.search(text):
         return text
-    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+    return "".join(
+        char if char.isprintable() and not _UNPRINTABLE.match(char) else _python_escape(char)
+        for char in text
+    )
+
+
+def _python_escape(char: str) -> str:
+    """``char`` as Python escapes it; a blank or joiner ``repr`` leaves raw by code."""
+    shown = repr(char)[1:-1]
+    if shown != char:
+        return shown
+    code = ord(char)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 # What json.dumps(ensure_ascii=False) leaves raw that a terminal acts on or hides: C1
@@ -40,8 +54,27 @@ _UNPRINTABLE: Final = re.compile(
 
 def json_text(value: Any, *, indent: int | None = None) -> str:
     """``value`` as JSON, readable (non-ASCII letters stay as they are) but with every
-    character a terminal would act on or hide written as a ``\\uXXXX`` escape."""
-    return _UNPRINTABLE.sub(_escaped, json.dumps(value, ensure_ascii=False, indent=indent))
+    character a terminal would act on or hide written as a ``\\uXXXX`` escape.
+
+    Strict JSON: a NaN or infinity (only an edited ledger holds one) is written as the
+    string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``, which every JSON reader reads.
+    """
+    try:
+        text = json.dumps(value, ensure_ascii=False, indent=indent, allow_nan=False)
+    except ValueError:
+        text = json.dumps(_finite(value), ensure_ascii=False, indent=indent, allow_nan=False)
+    return _UNPRINTABLE.sub(_escaped, text)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float as the name JSON would need for it."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
 
 
 def _escaped(match: re.Match[str]) -> str:
