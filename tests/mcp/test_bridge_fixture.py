@@ -397,3 +397,44 @@ async def test_definitions_are_linted_off_the_event_loop(workspace, monkeypatch)
     assert "fx.echo" in report.accepted
     assert linted_on
     assert loop_thread not in linted_on
+
+
+@pytest.mark.parametrize(
+    "remote",
+    [
+        TOKEN,
+        "AKIA" + "QYLPMN5HFIQR7XYZ",
+        "xoxb-" + "2458213571-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
+    ],
+)
+def test_a_secret_in_a_tool_name_rejects_the_tool(workspace, remote):
+    """The model is shown the name as it is, and calls the tool by it: it cannot be
+    masked, so a token in it refuses the tool (its title would fall back to it too)."""
+    from toolkernel.mcp.bridge import admit_tool
+
+    kernel = open_kernel(workspace)
+    tool = {
+        "name": remote,
+        "description": f"Looks things up. Uses {remote}",
+        "inputSchema": {"type": "object", "properties": {}},
+    }
+    admission = admit_tool(
+        ServerConfig(name="fx", command=("true",)), tool, redactor=kernel.redactor
+    )
+    assert admission.definition is None
+    assert [(r.rule, r.pointer) for r in admission.reasons] == [("SECRET", "/name")]
+
+
+@pytest.mark.parametrize(
+    "remote", ["git_status", "get_current_time", "item_3f9a1c7e5b2d4086a1c3e5f7b9d1a2c4"]
+)
+def test_an_ordinary_tool_name_is_not_taken_for_a_secret(workspace, remote):
+    from toolkernel.mcp.bridge import admit_tool
+
+    kernel = open_kernel(workspace)
+    tool = {"name": remote, "inputSchema": {"type": "object", "properties": {}}}
+    admission = admit_tool(
+        ServerConfig(name="fx", command=("true",)), tool, redactor=kernel.redactor
+    )
+    assert admission.definition is not None, admission.reasons
+    assert admission.definition.name == f"fx.{remote}"

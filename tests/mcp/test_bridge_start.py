@@ -255,13 +255,21 @@ def test_inspect_text_escapes_everything_the_server_said():
     assert "        pin sha256:00" in text  # the layout is kept
 
 
-@pytest.mark.parametrize(("poison", "code"), [((), 0), (("--poison",), 1)])
-def test_inspect_exits_1_when_the_bridge_would_reject_a_tool(tmp_path, capfd, poison, code):
-    server = [sys.executable, str(FIXTURE_SERVER), *poison]
+TOKEN_NAME = "ghp_" + "R8kT3mZq9XwL2vN7pB4sY6dF1hJ0cE5aG8uK"
+
+
+@pytest.mark.parametrize(
+    ("options", "rejected"),
+    [((), None), (("--poison",), "server.add"), (("--named", TOKEN_NAME), f"server.{TOKEN_NAME}")],
+)
+def test_inspect_exits_1_when_the_bridge_would_reject_a_tool(tmp_path, capfd, options, rejected):
+    server = [sys.executable, str(FIXTURE_SERVER), *options]
     argv = ["mcp", "inspect", "--workspace", str(tmp_path), "--", *server]
-    assert cli_main(argv) == code
+    assert cli_main(argv) == (1 if rejected else 0)
     out = capfd.readouterr().out
-    assert ("REJECT  server.add" in out) is bool(poison)
+    assert ("REJECT  " in out) is bool(rejected)
+    if rejected:
+        assert f"REJECT  {rejected}" in out
     assert "ACCEPT  server.echo" in out
 
 

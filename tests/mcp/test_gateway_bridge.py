@@ -8,7 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp_types as types
+import pytest
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 
 sys.path.insert(0, str(Path(__file__).parent / "gateway_fixtures"))
 
@@ -20,6 +23,7 @@ from toolkernel.context import ToolContext
 from toolkernel.errors import LedgerError
 from toolkernel.functions import tool
 from toolkernel.ledger import EventType, SqliteLedger
+from toolkernel.mcp import ADMISSION_RUN_ID
 from toolkernel.mcp.gateway import Gateway, build_server
 from toolkernel.mcp.gateway_render import PROJECTION_META, RUN_META
 from toolkernel.testing import RecordingApprover, make_kernel
@@ -239,6 +243,41 @@ def test_a_call_the_ledger_cannot_record_is_a_tool_error_not_a_protocol_error(
     assert not any("\x1b" in line for line in logged)  # a client's tool name, escaped
 
 
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_a_tool_listing_the_ledger_cannot_record_fails_without_naming_the_ledger(
+    tmp_path: Path, caplog: Any, mode: Any
+) -> None:
+    """tools/list records TOOLS_EXPOSED: when it cannot, the client got the LedgerError's
+    text as the error message, the ledger's host path in it. Now a safe message and
+    the code; the operator's log has the reason."""
+    path = tmp_path / "ledger.db"
+    kernel = make_kernel(
+        tmp_path / "ws", OPEN_POLICY, ledger=SqliteLedger(path), workspace_tools=False
+    )
+
+    async def main() -> tuple[Any, MCPError]:
+        with anyio.fail_after(30):
+            async with Client(build_server(kernel, Gateway(kernel)), mode=mode) as client:
+                before = await client.list_tools()
+                for file in tmp_path.glob("ledger.db*"):
+                    file.unlink()
+                with pytest.raises(MCPError) as raised:
+                    await client.list_tools()
+                return before, raised.value
+
+    try:
+        before, error = anyio.run(main)
+    finally:
+        kernel.close()
+    assert before.tools
+    assert error.code == types.INTERNAL_ERROR
+    assert error.data == {"errorCode": ErrorCode.LEDGER_UNAVAILABLE, "retryable": True}
+    assert str(tmp_path) not in error.message
+    assert "audit ledger" in error.message
+    logged = [r.getMessage() for r in caplog.records if r.name == "toolkernel.serve"]
+    assert any("tools/list" in line and str(path) in line for line in logged)
+
+
 def test_a_ledger_file_deleted_while_serving_fails_calls_instead_of_losing_them(
     tmp_path: Path,
 ) -> None:
@@ -299,3 +338,30 @@ def test_progress_that_does_not_increase_is_not_passed_to_the_client(tmp_path: P
     assert result.is_error is False
     assert updates == [1, 3, 4, 5]
     assert recorded == [1, 3, 2, 3, 4, -1, 5]
+
+
+TOKEN = "ghp_" + "R8kT3mZq9XwL2vN7pB4sY6dF1hJ0cE5aG8uK"
+
+
+def test_a_bridged_tool_named_with_a_secret_is_rejected_not_listed(tmp_path: Path) -> None:
+    """Its name reached the client in clear (its description was masked)."""
+    config = OPEN_POLICY + (
+        f'[[mcp.servers]]\nname = "fx"\n'
+        f'command = ["{PYTHON}", "{FIXTURE_SERVER}", "--named", "{TOKEN}"]\n'
+    )
+    workspace = make_workspace(tmp_path / "ws", config=config)
+
+    async def main() -> types.ListToolsResult:
+        async with stdio_client(workspace, mode="legacy") as client:
+            return await client.list_tools()
+
+    listed = anyio.run(main)
+    assert "fx.echo" in {tool.name for tool in listed.tools}
+    assert TOKEN not in listed.model_dump_json()
+    [rejected] = [
+        event
+        for event in ledger_events(workspace, ADMISSION_RUN_ID)
+        if event.type is EventType.REMOTE_TOOL_REJECTED
+    ]
+    assert rejected.payload["tool"] == TOKEN
+    assert [(r["rule"], r["pointer"]) for r in rejected.payload["reasons"]] == [("SECRET", "/name")]

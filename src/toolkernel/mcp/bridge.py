@@ -5,8 +5,10 @@ Admission, per remote tool, in this order (the first failing step decides):
 1. **allowlist** — a server's ``tools`` list names what may be bridged (rule ``ALLOWLIST``);
 2. **linter** — any error-severity finding rejects the tool (``P…`` poisoning rules;
    ``D…`` rules are warnings for MCP tools, so only poisoning rejects in practice);
-3. **definition** — it must convert to a valid ToolDefinition (rule ``DEFINITION``)
-   and not take a name already used by another tool (rule ``NAME_COLLISION``);
+3. **definition** — it must convert to a valid ToolDefinition (rule ``DEFINITION``),
+   hold no secret where masking it would change the tool (rule ``SECRET``: in its
+   name, a property name, an ``enum`` value, …) and not take a name already used by
+   another tool (rule ``NAME_COLLISION``);
 4. **pin** — its definition must match its pin (see ``pins.py``). A changed definition
    is held back and recorded as REMOTE_TOOL_CHANGED; a new tool of a ``pin = "strict"``
    server waits for approval (rule ``PIN_APPROVAL``). One approved by another process
@@ -254,7 +256,7 @@ def admit_tool(
         reason = RejectReason("DEFINITION", f"field '{exc.field}': {exc.problem}"[:300])
         return Admission(server, tool, name, None, findings, (reason,))
     except _Unmaskable as exc:
-        why = "a secret where masking it would change what calls are checked against"
+        why = "a secret where masking it would change what calls are named or checked against"
         reason = RejectReason("SECRET", why, exc.pointer[:300])
         return Admission(server, tool, name, None, findings, (reason,))
     return Admission(server, tool, name, definition, findings)
@@ -311,9 +313,12 @@ def _masked_tool(tool: Mapping[str, Any], redactor: Redactor) -> dict[str, Any]:
     descriptions, examples, defaults, comments, at any depth of its schemas).
 
     Raises:
-        _Unmaskable: a secret (a token or key of a known form) in a property name or in
-            a value calls are validated against (``enum``, ``const``, ``pattern``, …).
+        _Unmaskable: a secret (a token or key of a known form) in the tool's name (the
+            model is shown it and calls it by it), in a property name or in a value
+            calls are validated against (``enum``, ``const``, ``pattern``, …).
     """
+    if _holds_secret(str(tool.get("name", "")), redactor):
+        raise _Unmaskable("/name")
     shown = dict(_masked(tool, redactor, ""))
     description, masked = tool.get("description"), shown.get("description")
     if (

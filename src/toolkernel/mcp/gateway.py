@@ -15,9 +15,11 @@ One run per client session: per process over stdio, per streamable HTTP session 
 the SDK created; a run is forgotten when its session ends), and one shared run for
 requests without a session (the 2026-07-28 per-request protocol). Refusals and
 failures are tool results with ``isError``, never protocol errors; that includes a
-call whose ``arguments`` is not an object. Over HTTP, requests a web page could have
-sent are refused by Host and Origin (``_Allowed``). Over stdio nothing but JSON-RPC
-goes to stdout; logs go to stderr.
+call whose ``arguments`` is not an object. A ``tools/list`` the audit ledger cannot
+record (TOOLS_EXPOSED) is an error answer: its message says only that, and the
+operator's log says why (``_ledger_failures_hidden``). Over HTTP, requests a web page
+could have sent are refused by Host and Origin (``_Allowed``). Over stdio nothing but
+JSON-RPC goes to stdout; logs go to stderr.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from mcp.server.context import CallNext, HandlerResult
 from mcp.server.lowlevel import NotificationOptions
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 from starlette.datastructures import Headers
@@ -66,7 +69,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from toolkernel.approval import Approver
 from toolkernel.calls import ToolCallResult, new_id
 from toolkernel.cancel import CancellationToken
-from toolkernel.codes import ErrorCode, Status, safe_field, safe_message
+from toolkernel.codes import CATALOG, ErrorCode, Status, safe_field, safe_message
 from toolkernel.errors import LedgerError, UsageError
 from toolkernel.kernel import Kernel
 from toolkernel.mcp.gateway_approval import (
@@ -399,6 +402,30 @@ async def _take_any_arguments(ctx: _Context, call_next: CallNext) -> HandlerResu
     return await call_next(ctx)
 
 
+_UNRECORDED: Final = (
+    "The runtime could not record this request in its audit ledger, so it is not "
+    "answered. Repeat it later; if it keeps failing, tell the user."
+)
+
+
+async def _ledger_failures_hidden(ctx: _Context, call_next: CallNext) -> HandlerResult:
+    """Server middleware: a request the audit ledger could not record fails with a
+    safe message and the code LEDGER_UNAVAILABLE; the operator is told why.
+
+    A LedgerError's own text names the ledger's host path, and the SDK would send it
+    as the error message. ``tools/list`` meets it (TOOLS_EXPOSED); a call's failure to
+    record is already a tool result (``Gateway._governed``), so this catches what any
+    other handler, now or later, lets through.
+    """
+    try:
+        return await call_next(ctx)
+    except LedgerError as exc:
+        _log.error("%s could not be recorded: %s", printable(ctx.method[:100]), printable(str(exc)))
+        code = ErrorCode.LEDGER_UNAVAILABLE
+        data = {"errorCode": str(code), "retryable": CATALOG[code].retryable}
+        raise MCPError(types.INTERNAL_ERROR, _UNRECORDED, data) from exc
+
+
 def build_server(kernel: Kernel, gateway: Gateway | None = None) -> Server[Any]:
     """An MCP server (low-level SDK ``Server``) serving ``kernel``'s projected tools.
 
@@ -420,7 +447,7 @@ def build_server(kernel: Kernel, gateway: Gateway | None = None) -> Server[Any]:
         on_call_tool=gateway.call_tool,
         get_tool_input_schema=gateway.input_schema,
     )
-    server.middleware.append(_take_any_arguments)
+    server.middleware.extend([_ledger_failures_hidden, _take_any_arguments])
     return server
 
 

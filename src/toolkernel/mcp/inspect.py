@@ -13,6 +13,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final, Literal, TextIO, cast
 
 import anyio
@@ -22,6 +23,7 @@ from toolkernel.lint import Finding
 from toolkernel.mcp.bridge import Admission, ServerConnection, ServerUnavailable, admit_tool
 from toolkernel.mcp.pins import PinStore
 from toolkernel.mcp.servers import AD_HOC_NAME, SandboxMode, ServerConfig, ad_hoc_server
+from toolkernel.redaction import Redactor
 from toolkernel.terminal import json_text, printable
 
 __all__ = ["InspectReport", "InspectedTool", "inspect_server", "render_inspect"]
@@ -129,7 +131,10 @@ async def inspect_server(
         raise group_error.exceptions[0] from None  # one server: its own error, unwrapped
     finally:
         errlog.finish()
-    tools = tuple(_inspected(admit_tool(config, tool), pins) for tool in listed)
+    # The bridge's redactor decides SECRET rejections; its workspace only matters for
+    # how paths in the shown text are masked.
+    redactor = Redactor(Path.cwd())
+    tools = tuple(_inspected(admit_tool(config, tool, redactor=redactor), pins) for tool in listed)
     return InspectReport(
         server=config.name,
         target=config.describe(),
