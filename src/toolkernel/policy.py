@@ -6,9 +6,10 @@ lists, network policy, approval rules, safety profile, budget and rate limits al
 the call. Its ``Decision`` carries ``allowed``, ``reasonCode``, ``safeMessage`` and
 ``requiresApproval``. Any error while evaluating denies (fail closed).
 
-Rule precedence: deny beats ask beats audit beats allow. An explicit ``allow`` rule
-waives the approval the safety profile would ask for, never a permission, path,
-network, budget or rate check.
+Rule precedence: deny beats ask beats audit beats allow. The safety profile's defaults
+(``[policy.approval]``: per trait allow, ask, audit or deny) come after the rules: an
+explicit ``allow`` rule waives them, never a permission, path, network, budget or rate
+check.
 """
 
 from __future__ import annotations
@@ -238,8 +239,16 @@ def _authorize(
     if denied is not None:
         return denied
 
-    approval_reasons = _approval_reasons(policy, d, rules, needs_network)
-    audit = bool(rules) and any(rule.action is Action.AUDIT for rule in rules)
+    # An explicit allow rule waives the safety profile's defaults, deny and audit too.
+    waived = bool(rules) and any(rule.action is Action.ALLOW for rule in rules)
+    defaults = {} if waived else _safety_defaults(policy.approval, d)
+    if Action.DENY in defaults:
+        hint = f"[policy.approval] denies a tool that {defaults[Action.DENY][0]}."
+        return _deny(ErrorCode.POLICY_DENIED, tool=name, hint=hint)
+    approval_reasons = _approval_reasons(policy, rules, needs_network, defaults)
+    audit = (bool(rules) and any(rule.action is Action.AUDIT for rule in rules)) or (
+        Action.AUDIT in defaults
+    )
 
     budget = policy.budget
     cost = budget.cost_of(name)
@@ -290,7 +299,10 @@ def _path_problem(
 
 
 def _approval_reasons(
-    policy: Policy, d: ToolDefinition, rules: Sequence[PolicyRule], needs_network: bool
+    policy: Policy,
+    rules: Sequence[PolicyRule],
+    needs_network: bool,
+    defaults: Mapping[Action, list[str]],
 ) -> list[str]:
     if rules and any(rule.action is Action.ASK for rule in rules):
         return [
@@ -301,18 +313,22 @@ def _approval_reasons(
     reasons = []
     if needs_network and policy.network is Action.ASK:
         reasons.append("it uses the network")
-    if rules and any(rule.action is Action.ALLOW for rule in rules):
-        return reasons  # an explicit allow waives the safety-profile defaults below
-    defaults = policy.approval
-    if d.safety.destructive and defaults.destructive is Action.ASK:
-        reasons.append("it is destructive")
-    if d.safety.external and defaults.external is Action.ASK:
-        reasons.append("it acts outside the workspace")
-    if d.safety.mutating and defaults.mutating is Action.ASK:
-        reasons.append("it changes the workspace")
-    if d.permissions.execute_command and defaults.execute is Action.ASK:
-        reasons.append("it runs a command")
-    return reasons
+    return reasons + [f"it {what}" for what in defaults.get(Action.ASK, [])]
+
+
+def _safety_defaults(defaults: ApprovalDefaults, d: ToolDefinition) -> dict[Action, list[str]]:
+    """What ``[policy.approval]`` says of the tool's safety profile: for each action
+    other than allow, what about the tool calls for it ("is destructive", …)."""
+    said: dict[Action, list[str]] = {}
+    for applies, action, what in (
+        (d.safety.destructive, defaults.destructive, "is destructive"),
+        (d.safety.external, defaults.external, "acts outside the workspace"),
+        (d.safety.mutating, defaults.mutating, "changes the workspace"),
+        (d.permissions.execute_command, defaults.execute, "runs a command"),
+    ):
+        if applies and action is not Action.ALLOW:
+            said.setdefault(action, []).append(what)
+    return said
 
 
 @lru_cache(maxsize=128)

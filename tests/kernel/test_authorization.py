@@ -750,6 +750,53 @@ async def test_explicit_allow_rule_waives_safety_approval(kernel_factory, calls)
     assert (await kernel.call(run, "repo.reset", {})).status is Status.SUCCEEDED
 
 
+SAFETY_DEFAULT = """
+    [run]
+    profile = "workspace-write"
+    [policy]
+    approval = {{ destructive = "{action}" }}
+    {rules}
+    [[exposure]]
+    tools = ["*"]
+    """
+
+
+async def test_a_safety_default_of_deny_refuses_the_call(kernel_factory, calls):
+    approver = RecordingApprover(approve=True)
+    kernel = kernel_factory(SAFETY_DEFAULT.format(action="deny", rules=""), approver=approver)
+    run = kernel.start_run()
+
+    result = await kernel.call(run, "repo.reset", {})
+
+    assert (result.status, result.error_code) == (Status.DENIED, ErrorCode.POLICY_DENIED)
+    assert "[policy.approval] denies a tool that is destructive." in result.safe_message
+    assert approver.requests == []  # denied, not asked
+    assert EventType.TOOL_CALL_STARTED not in event_types(
+        kernel.ledger.events(run.id), result.tool_call_id
+    )
+    assert calls.count == {}
+    lookup = await kernel.call(run, "repo.lookup", {"query": "a"})
+    assert lookup.status is Status.SUCCEEDED  # not destructive: untouched
+
+
+async def test_a_safety_default_of_audit_runs_the_call_flagged_for_review(kernel_factory, calls):
+    kernel = kernel_factory(SAFETY_DEFAULT.format(action="audit", rules=""))
+    run = kernel.start_run()
+
+    result = await kernel.call(run, "repo.reset", {})
+
+    assert result.status is Status.SUCCEEDED
+    [stored] = [e for e in kernel.ledger.events(run.id) if e.type is EventType.TOOL_CALL_STARTED]
+    assert stored.payload["flaggedForReview"] is True
+    assert calls.count == {"repo.reset": 1}
+
+
+async def test_an_explicit_allow_rule_waives_a_safety_default_of_deny(kernel_factory):
+    rule = '[[policy.rules]]\n    tools = ["repo.reset"]\n    action = "allow"'
+    kernel = kernel_factory(SAFETY_DEFAULT.format(action="deny", rules=rule))
+    assert (await kernel.call(kernel.start_run(), "repo.reset", {})).status is Status.SUCCEEDED
+
+
 def test_policy_that_cannot_be_evaluated_denies(kernel_factory):
     kernel = kernel_factory()
     tool = kernel.registry.find("repo.lookup")
