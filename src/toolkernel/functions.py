@@ -289,7 +289,7 @@ def _schema_for(annotation: Any, *, tool_name: str, where: str) -> dict[str, Any
         base, *metadata = get_args(annotation)
         annotated = _schema_for(base, tool_name=tool_name, where=where)
         for item in metadata:
-            _apply_metadata(annotated, item)
+            _apply_metadata(annotated, item, tool_name=tool_name, where=where)
         return annotated
     if annotation in _SCALARS:
         return {"type": _SCALARS[annotation]}
@@ -423,9 +423,27 @@ _BOUNDS: Final = {
 }
 
 
-def _apply_metadata(schema: dict[str, Any], item: Any) -> None:
+def _apply_metadata(schema: dict[str, Any], item: Any, *, tool_name: str, where: str) -> None:
+    """Add what ``Annotated`` metadata says to ``schema``.
+
+    Raises:
+        DefinitionError: metadata that would constrain the argument in a way the schema
+            cannot say: left out, the function would get what its annotation refuses.
+    """
     is_array = schema.get("type") == "array"
-    if isinstance(item, Format):
+    if _is_pydantic_field(item):
+        if item.description is not None:
+            schema["description"] = item.description
+        for constraint in item.metadata:
+            _apply_metadata(schema, constraint, tool_name=tool_name, where=where)
+    elif _is_pydantic_general(item):
+        for name, value in vars(item).items():
+            if name == "pattern":
+                schema["pattern"] = value
+            elif name != "strict":  # the schema is strict anyway
+                what = f"pydantic.Field({name}=...) has no JSON Schema form here"
+                raise DefinitionError(tool_name, where, what)
+    elif isinstance(item, Format):
         schema["format"] = item.name
     elif isinstance(item, Pattern):
         schema["pattern"] = item.regex
@@ -451,6 +469,24 @@ def _apply_metadata(schema: dict[str, Any], item: Any) -> None:
             schema["maxItems" if is_array else "maxLength"] = item.max_length
     elif isinstance(item, at.Predicate | at.Timezone):
         pass  # no JSON Schema equivalent; enforced by the function itself if at all
+    else:
+        what = (
+            f"the annotation's metadata {type(item).__name__} is not understood: use "
+            "annotated_types (MaxLen, Ge, Interval, …), Format, Pattern, a description "
+            "string or pydantic.Field"
+        )
+        raise DefinitionError(tool_name, where, what)
+
+
+def _is_pydantic_field(item: object) -> bool:
+    """Whether ``item`` is ``pydantic.Field(...)`` (pydantic is not imported for it)."""
+    kind = type(item)
+    return kind.__name__ == "FieldInfo" and kind.__module__ == "pydantic.fields"
+
+
+def _is_pydantic_general(item: object) -> bool:
+    """Whether ``item`` is what ``pydantic.Field`` keeps its ``pattern`` in."""
+    return type(item).__name__ == "_PydanticGeneralMetadata"
 
 
 # Arguments into the annotated types. Each converter takes a JSON value that already

@@ -11,6 +11,7 @@ from typing import Annotated, Any, ClassVar, Literal, NotRequired, Required, Typ
 
 import pytest
 from annotated_types import Ge, Interval, Le, MaxLen, MinLen
+from pydantic import Field
 
 from toolkernel.context import ToolContext
 from toolkernel.definition import (
@@ -362,3 +363,46 @@ def test_a_bare_dict_is_an_object_with_any_values_like_a_bare_list():
     assert props["mapping"] == props["view"] == props["typed"]
     assert props["mapping"] == {"type": "object", "additionalProperties": {}}
     assert props["items"] == {"type": "array", "items": {}}
+
+
+def test_pydantic_field_constraints_become_schema_bounds():
+    @tool("demo.named")
+    def named(
+        name: Annotated[str, Field(max_length=5, pattern="^[a-z]+$", description="A name.")],
+        count: Annotated[int, Field(ge=1, le=10)],
+    ) -> None:
+        """Named."""
+
+    properties = named.definition.input_schema["properties"]
+    assert properties["name"] == {
+        "type": "string",
+        "description": "A name.",
+        "maxLength": 5,
+        "pattern": "^[a-z]+$",
+    }
+    assert properties["count"] == {"type": "integer", "minimum": 1, "maximum": 10}
+
+
+OPAQUE = object()
+SCHEMA_LOOKALIKE = {"maxLength": 5}
+
+
+def test_metadata_the_schema_cannot_say_is_a_definition_error():
+    # Left out, the bound would be believed and the function get what it refuses.
+    with pytest.raises(DefinitionError, match="metadata object is not understood"):
+
+        @tool("demo.opaque")
+        def opaque(name: Annotated[str, OPAQUE]) -> None:
+            """Opaque."""
+
+    with pytest.raises(DefinitionError, match="metadata dict is not understood"):
+
+        @tool("demo.lookalike")
+        def lookalike(name: Annotated[str, SCHEMA_LOOKALIKE]) -> None:
+            """Lookalike."""
+
+    with pytest.raises(DefinitionError, match="metadata AllowInfNan is not understood"):
+
+        @tool("demo.nan")
+        def nan(value: Annotated[float, Field(allow_inf_nan=False)]) -> None:
+            """Nan."""
