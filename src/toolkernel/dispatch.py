@@ -365,25 +365,10 @@ async def _attempt(
             if token.reason is not None:
                 return _from_code(token.reason, tool=name)
             return _from_code(ErrorCode.TIMEOUT, tool=name, seconds=f"{timeout_s:g}")
-    except ToolFailed as signal:
-        info = CATALOG[signal.code]
-        return Outcome(
-            status=info.status,
-            code=signal.code,
-            message=signal.safe_message,
-            output=signal.output,
-            artifacts=signal.artifacts,
-            retryable=info.retryable if signal.retryable is None else signal.retryable,
-        )
-    except ToolPartial as signal:
-        return Outcome(
-            Status.PARTIAL,
-            message=signal.safe_message,
-            output=signal.output,
-            artifacts=signal.artifacts,
-        )
+    except (ToolFailed, ToolPartial) as signal:
+        return _signalled(name, signal)
     except CancelledByRuntime as signal:
-        return _from_code(signal.reason, tool=name)
+        return _stopped_by(name, signal)
     except _RaisedByTool as carrier:
         return _tool_error(name, carrier.__cause__ or carrier)
     except Exception as exc:  # noqa: BLE001 - the isolation boundary around tool code
@@ -395,13 +380,81 @@ async def _attempt(
             raise
         return _tool_error(name, exc)
     if isinstance(output, ToolOutput):
-        return Outcome(
-            Status.SUCCEEDED, message=output.summary, output=output.data, artifacts=output.artifacts
-        )
+        return _returned(name, output)
     return Outcome(Status.SUCCEEDED, output=output)
 
 
 _STOPPING: Final = (KeyboardInterrupt, GeneratorExit)
+_CANCEL_REASONS: Final = frozenset(
+    code for code, info in CATALOG.items() if info.status is Status.CANCELLED
+)
+
+
+def _signalled(name: str, signal: ToolFailed | ToolPartial) -> Outcome:
+    """The result the tool shaped by raising ``signal``.
+
+    The constructors refuse what could be neither shown nor recorded, but a subclass
+    that skips them, or a signal changed after it was built, can carry anything: a
+    message that is not text would fail the ledger write of the whole turn, a code
+    outside the taxonomy the lookup. So the signal is built anew, which checks it again;
+    a malformed one is the tool's failure, FAILED/TOOL_ERROR, with what is wrong in the
+    traceback.
+    """
+    try:
+        if isinstance(signal, ToolFailed):
+            failed = ToolFailed(
+                signal.safe_message,
+                code=signal.code,
+                retryable=signal.retryable,
+                output=signal.output,
+                artifacts=signal.artifacts,
+            )
+            info = CATALOG[failed.code]
+            retryable = info.retryable if failed.retryable is None else failed.retryable
+            return Outcome(
+                status=info.status,
+                code=failed.code,
+                message=failed.safe_message,
+                output=failed.output,
+                artifacts=failed.artifacts,
+                retryable=retryable,
+            )
+        partial = ToolPartial(signal.safe_message, output=signal.output, artifacts=signal.artifacts)
+        return Outcome(
+            Status.PARTIAL,
+            message=partial.safe_message,
+            output=partial.output,
+            artifacts=partial.artifacts,
+        )
+    except Exception:  # noqa: BLE001 - the tool's object: whatever reading it raises
+        return _tool_error(name, signal)
+
+
+def _stopped_by(name: str, signal: CancelledByRuntime) -> Outcome:
+    """CANCELLED for the token's reason; a reason that is no cancellation code (the
+    tool raised the signal itself, wrongly) makes it the tool's failure."""
+    reason = getattr(signal, "reason", None)
+    if isinstance(reason, str) and reason in _CANCEL_REASONS:
+        return _from_code(ErrorCode(reason), tool=name)
+    return _tool_error(name, signal)
+
+
+def _returned(name: str, output: ToolOutput) -> Outcome:
+    """The result a tool shaped by returning ``output``. A summary that is not text, or
+    artifacts that are not ``ArtifactRef``s, could be neither shown nor recorded: the
+    tool broke its contract, FAILED/OUTPUT_CONTRACT_VIOLATION."""
+    summary, refs = output.summary, output.artifacts
+    if not isinstance(summary, str):
+        why = f"ToolOutput.summary is of type {type(summary).__name__}, not str"
+    elif not isinstance(refs, tuple | list):
+        why = f"ToolOutput.artifacts is of type {type(refs).__name__}, not tuple"
+    elif not all(isinstance(ref, ArtifactRef) for ref in refs):
+        why = "ToolOutput.artifacts holds something other than an ArtifactRef"
+    else:
+        return Outcome(Status.SUCCEEDED, message=summary, output=output.data, artifacts=tuple(refs))
+    outcome = _from_code(ErrorCode.OUTPUT_CONTRACT_VIOLATION, tool=name)
+    outcome.internal["contractViolation"] = why
+    return outcome
 
 
 def _tool_error(name: str, exc: BaseException) -> Outcome:

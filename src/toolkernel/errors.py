@@ -15,18 +15,18 @@
 
 Anything else raised inside a tool is caught at the one isolation boundary (the adapter
 call in ``dispatch``) and becomes ``FAILED/TOOL_ERROR``; its traceback goes to the
-ledger, never to the model.
+ledger, never to the model. So does a signal whose constructor refuses its arguments
+(a message that is not text, a code outside the taxonomy), and one that a subclass
+built around those checks: ``dispatch`` checks them again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from toolkernel.calls import ArtifactRef
 from toolkernel.codes import ErrorCode
-
-if TYPE_CHECKING:
-    from toolkernel.calls import ArtifactRef
 
 __all__ = [
     "ConfigError",
@@ -102,6 +102,11 @@ class ToolFailed(ToolSignal):
         retryable: whether the same call may succeed later; defaults to the code's.
         output: structured output to return alongside the failure.
         artifacts: refs to output kept in the artifact store (e.g. partial output).
+
+    Raises:
+        TypeError: ``safe_message`` is not a str, ``retryable`` not a bool or None, or
+            an artifact not an ``ArtifactRef``.
+        ValueError: ``code`` is not in the taxonomy.
     """
 
     def __init__(
@@ -114,20 +119,56 @@ class ToolFailed(ToolSignal):
         artifacts: Sequence[ArtifactRef] = (),
     ) -> None:
         super().__init__(safe_message)
-        self.safe_message = safe_message
-        self.code = code
+        self.safe_message = _text("ToolFailed", safe_message)
+        self.code = _known("ToolFailed", code)
+        if retryable is not None and type(retryable) is not bool:
+            raise TypeError(
+                f"ToolFailed's retryable must be True, False or None, "
+                f"not {type(retryable).__name__}"
+            )
         self.retryable = retryable
         self.output = output
-        self.artifacts = tuple(artifacts)
+        self.artifacts = _refs("ToolFailed", artifacts)
 
 
 class ToolPartial(ToolSignal):
-    """The tool produced usable but incomplete output."""
+    """The tool produced usable but incomplete output.
+
+    Raises:
+        TypeError: ``safe_message`` is not a str, or an artifact not an ``ArtifactRef``.
+    """
 
     def __init__(
         self, safe_message: str, *, output: Any = None, artifacts: Sequence[ArtifactRef] = ()
     ) -> None:
         super().__init__(safe_message)
-        self.safe_message = safe_message
+        self.safe_message = _text("ToolPartial", safe_message)
         self.output = output
-        self.artifacts = tuple(artifacts)
+        self.artifacts = _refs("ToolPartial", artifacts)
+
+
+# Checked where the tool raises the signal, so that its author's traceback points at the
+# mistake (``ToolFailed(exc)``): what is not text cannot be shown to the model or recorded.
+
+
+def _text(signal: str, safe_message: object) -> str:
+    if not isinstance(safe_message, str):
+        raise TypeError(f"{signal}'s safe_message must be a str, not {type(safe_message).__name__}")
+    return safe_message
+
+
+def _known(signal: str, code: str) -> ErrorCode:
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        shown = repr(code)
+        shown = shown if len(shown) <= 80 else shown[:79] + "…"
+        raise ValueError(f"{signal}'s code must be an ErrorCode, not {shown}") from None
+
+
+def _refs(signal: str, artifacts: Sequence[ArtifactRef]) -> tuple[ArtifactRef, ...]:
+    refs = tuple(artifacts)
+    for ref in refs:
+        if not isinstance(ref, ArtifactRef):
+            raise TypeError(f"{signal}'s artifacts must be ArtifactRefs, not {type(ref).__name__}")
+    return refs

@@ -27,6 +27,7 @@ import importlib
 import importlib.util
 import logging
 import math
+import os
 import re
 import threading
 import time
@@ -329,6 +330,11 @@ class Kernel:
         self.approver = approver
         self.artifacts = ArtifactStore(self.config.state_dir / "artifacts")
         self.redactor = Redactor(self.guard.workspace, secrets)
+        # [sandbox] secret_env values are in this process's environment, where any tool
+        # or bridged server can read them: masked from the start, workspace tools or not.
+        for name in self.config.sandbox.get("secret_env", ()):
+            if os.environ.get(name):
+                self.redactor.add_secret(os.environ[name])
         self._native = NativeAdapter()
         self.adapters: dict[ExecutionMode, Adapter] = {ExecutionMode.NATIVE: self._native}
         self.adapters.update(adapters or {})
@@ -1327,9 +1333,10 @@ class Kernel:
         found = [e for e in read.events if e.seq == recorded.seq and e.hash == recorded.hash]
         if read.report.ok and found:
             return found[0]
-        problems = "; ".join(
-            f"seq {p.seq}: {p.kind}: {p.detail}" for p in read.report.problems[:3]
-        ) or "the event is no longer there"
+        problems = (
+            "; ".join(f"seq {p.seq}: {p.kind}: {p.detail}" for p in read.report.problems[:3])
+            or "the event is no longer there"
+        )
         _log.error(
             "the result recorded under an idempotency key (run %s, seq %s) is not served: "
             "its run fails verification (%s); toolkernel ledger verify --run %s lists why",

@@ -106,6 +106,9 @@ def install(kernel: Kernel, settings: SandboxSettings | None = None) -> SandboxA
 
     Tools already registered under the same name and version are left alone, and so
     are adapters the kernel was given for these modes: what the embedder chose wins.
+    The ``secret_env`` values are masked from now on in every call's result, not only
+    in commands' output: they are in this process's environment, where native tools and
+    bridged servers can read them too.
 
     Returns:
         The adapter, or ``None`` when bubblewrap cannot start here (and unsandboxed
@@ -113,6 +116,8 @@ def install(kernel: Kernel, settings: SandboxSettings | None = None) -> SandboxA
         the sandbox modes are then DENIED with SANDBOX_UNAVAILABLE by the kernel.
     """
     settings = settings or settings_from_config(kernel.config.sandbox)
+    for value in settings.secret_env.values():
+        kernel.redactor.add_secret(value)
     for workspace_tool in WORKSPACE_TOOLS:
         definition = workspace_tool.definition
         if kernel.registry.find(definition.name, definition.version) is None:

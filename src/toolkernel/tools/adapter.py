@@ -236,6 +236,8 @@ class SandboxAdapter:
     async def invoke(self, invocation: Invocation) -> Any:
         ctx = invocation.context
         if ctx.kernel is not None:
+            # install() registers them up front; an adapter an embedder handed to the
+            # kernel directly is known to it only from its first call.
             for value in self.settings.secret_env.values():
                 ctx.kernel.redactor.add_secret(value)
         timeout_s = invocation.tool.definition.timeout_ms / 1000
