@@ -395,9 +395,14 @@ def _mcp_approve(args: argparse.Namespace) -> int:
 def _rejection_explained(args: argparse.Namespace) -> Iterator[None]:
     """When nothing awaits approval because the bridge rejected the tool outright (a
     poisoned description is never offered for approval), say so and why."""
+    from toolkernel.mcp import PinStore
+
     try:
         yield
     except UsageError as missing:
+        store = PinStore.in_state_dir(_config(args).state_dir)
+        if store.pending(args.server, args.tool) is not None:
+            raise  # a definition awaits approval: an older rejection is not the story
         rejection = _latest_rejection(args, args.server, args.tool)
         if rejection is None:
             raise

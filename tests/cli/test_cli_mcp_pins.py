@@ -107,3 +107,21 @@ def test_approve_with_the_diffs_hash_approves_only_the_reviewed_definition(capsy
         .get("fx", "search")
         .definition["description"]
     )
+
+
+def test_a_mistyped_hash_is_not_blamed_on_an_older_rejection(capsys, workspace):
+    # Rejected once, then changed into a definition that awaits approval: a wrong
+    # --hash is that, and the tool can be approved.
+    with SqliteLedger(workspace / ".toolkernel" / "ledger.db") as ledger:
+        ledger.append(ADMISSION_RUN_ID, [rejection("P102", "superseded")])
+    store = PinStore.in_state_dir(workspace / ".toolkernel")
+    tool = {"name": "echo", "description": "Echoes.", "inputSchema": {"type": "object"}}
+    store.check("fx", tool)
+    store.check("fx", {**tool, "description": "Echoes, v2."})
+    approve = ["mcp", "approve", "fx", "echo", "--workspace", str(workspace)]
+
+    assert main([*approve, "--hash", "sha256:0000000000000000"]) == 2
+
+    err = capsys.readouterr().err
+    assert "run toolkernel mcp diff fx echo again" in err
+    assert "rejected" not in err
