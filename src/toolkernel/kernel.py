@@ -422,6 +422,14 @@ class Kernel:
             self._withdrawn[name] = reason
         self._tools_changed()
 
+    def withhold(self, name: str, reason: str) -> None:
+        """Say why there is no tool ``name`` (a bridged tool whose new definition awaits
+        review, say): a call of it is DENIED/POLICY_DENIED with ``reason`` (whole
+        sentences, for the model) instead of UNKNOWN_TOOL, until a tool of that name is
+        registered. A registered tool is left alone (``unregister`` withdraws one)."""
+        if self.registry.find(name) is None:
+            self._withdrawn[name] = reason
+
     def on_tools_changed(self, listener: Callable[[], None]) -> Callable[[], None]:
         """Call ``listener`` each time a tool is registered or withdrawn (in the thread
         that changed it); returns the function that stops it."""

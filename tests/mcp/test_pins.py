@@ -137,6 +137,27 @@ async def test_a_definition_changed_across_a_reconnect_is_held(workspace, tmp_pa
     assert changed.payload["name"] == "fx.changing"
 
 
+async def test_a_process_that_finds_a_definition_changed_says_why_it_is_withheld(
+    workspace, tmp_path
+):
+    # Pinned by one process; the next one (a CLI call, a restarted serve) never exposed
+    # it, and a call of it is still told why rather than that there is no such tool.
+    desc = tmp_path / "desc.txt"
+    desc.write_text("Returns ok.")
+    server = fixture_server("fx", "--desc-file", str(desc))
+    with anyio.fail_after(30):
+        async with McpBridge(open_kernel(workspace), [server]) as bridge:
+            await bridge.connect_all()
+        desc.write_text("Returns ok, now with more words.")
+        later = open_kernel(workspace)
+        run = later.start_run()
+        async with McpBridge(later, [server]) as bridge:
+            await bridge.connect_all(run)
+            held = await later.call(run, "fx.changing", {})
+    assert (held.status, held.error_code) == (Status.DENIED, ErrorCode.POLICY_DENIED)
+    assert "until an operator approves the change" in held.safe_message
+
+
 async def test_a_strict_server_exposes_nothing_new_before_approval(workspace):
     kernel = open_kernel(workspace)
     server = fixture_server("fx", pin="strict", tools=frozenset({"echo"}))

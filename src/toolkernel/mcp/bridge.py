@@ -1036,6 +1036,8 @@ class McpBridge:
     def _withdraw(self, name: str, reason: str = "") -> None:
         if self._routes.pop(name, None) is not None:
             self.kernel.unregister(name, reason=reason)
+        elif reason:  # never exposed in this process: a call still learns why
+            self.kernel.withhold(name, reason)
 
     def _rejected_event(
         self, admission: Admission, reasons: Sequence[RejectReason]
