@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
 from fnmatch import fnmatchcase
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolkernel.errors import UsageError
-from toolkernel.globs import compile_globs
+from toolkernel.globs import compile_globs, read_otherwise_by_ripgrep
+from toolkernel.tools.search import find_rg
 
 
 @pytest.mark.parametrize(
@@ -143,3 +145,24 @@ def test_double_star_spans_any_number_of_directories(
 ) -> None:
     path = "/".join([prefix, *middle, name])
     assert compile_globs([f"{prefix}/**/{name}"]).matches(path)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(alphabet="ab*?/[]{},!\\-", min_size=1, max_size=12))
+def test_a_pattern_both_readers_accept_ripgrep_accepts_too(tmp_path_factory, pattern):
+    # Configured paths go to ripgrep as exclusions (repo.search): a pattern the
+    # configuration lets through must never make every search fail.
+    try:
+        compile_globs((pattern,))
+    except UsageError:
+        return
+    if read_otherwise_by_ripgrep(pattern) is not None:
+        return
+    empty = tmp_path_factory.mktemp("empty")
+    searched = subprocess.run(
+        [find_rg(), "--files", f"--iglob=!{pattern}", str(empty)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert "error parsing glob" not in searched.stderr, pattern

@@ -25,7 +25,7 @@ from toolkernel.context import ApprovalState, RunState, VerificationStatus
 from toolkernel.definition import Permissions
 from toolkernel.errors import ConfigError, UsageError
 from toolkernel.exposure import DEFAULT_EXPOSURE, ExposureRule
-from toolkernel.globs import compile_globs
+from toolkernel.globs import compile_globs, read_otherwise_by_ripgrep
 from toolkernel.pathguard import DEFAULT_FORBIDDEN
 from toolkernel.policy import (
     BUILTIN_PROFILES,
@@ -262,6 +262,8 @@ def _check_globs(data: Mapping[str, Any], label: str) -> None:
         for key in keys[:-1]:
             section = section.get(key, {})
         for index, pattern in enumerate(section.get(keys[-1], ())):
+            shown = printable(pattern)[:80]
+            where = f"{label}: key '{'.'.join(keys)}.{index}': {shown!r}"
             try:
                 compile_globs((pattern,))
             except UsageError as exc:
@@ -269,11 +271,12 @@ def _check_globs(data: Mapping[str, Any], label: str) -> None:
                 why = str(exc)
                 if isinstance(cause, re.error):
                     why = f"{cause.msg}; escape a literal '[' or '{{' as '[[]' or '[{{]'"
-                shown = printable(pattern)[:80]
+                raise ConfigError(f"{where} is not a valid glob ({why})") from exc
+            if (otherwise := read_otherwise_by_ripgrep(pattern)) is not None:
                 raise ConfigError(
-                    f"{label}: key '{'.'.join(keys)}.{index}': {shown!r} is not a valid glob "
-                    f"({why})"
-                ) from exc
+                    f"{where} is not a valid glob ({otherwise}: write one pattern per "
+                    "alternative, and a literal '[', '{' or '}' as '[[]', '[{]' or '[}]')"
+                )
 
 
 def _check_values(data: Mapping[str, Any], label: str) -> None:

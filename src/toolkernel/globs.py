@@ -27,12 +27,13 @@ ignored.
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from toolkernel.errors import UsageError
 
-__all__ = ["GlobSet", "compile_globs"]
+__all__ = ["GlobSet", "compile_globs", "read_otherwise_by_ripgrep"]
 
 _FLAGS = re.IGNORECASE | re.DOTALL
 _ANY_DIRS = "(?:.*/)?"  # zero or more whole directories
@@ -75,8 +76,12 @@ def compile_globs(patterns: Iterable[str]) -> GlobSet:
     # "(?!)" never matches: an empty set matches nothing.
     combined = "|".join(f"(?:{source})" for source in sources) or "(?!)"
     try:
-        regex = re.compile(combined, _FLAGS)
-    except re.error as exc:
+        with warnings.catch_warnings():
+            # "--" in a class ("[--0]") is a set difference to come in Python's re: an
+            # error here rather than a warning on stderr and a meaning that may change.
+            warnings.simplefilter("error", FutureWarning)
+            regex = re.compile(combined, _FLAGS)
+    except (re.error, FutureWarning) as exc:
         raise UsageError(f"invalid glob pattern in {kept!r}: {exc}") from exc
     return GlobSet(patterns=kept, _regex=regex, _matches_root=matches_root)
 
@@ -144,3 +149,35 @@ def _translate_class(segment: str, start: int) -> tuple[str, int]:
     members = "".join("-" if char == "-" else re.escape(char) for char in segment[i:end])
     # A negated class must still never match "/" (it would cross a segment).
     return (f"[^/{members}]" if negated else f"[{members}]"), end + 1
+
+
+def read_otherwise_by_ripgrep(pattern: str) -> str | None:
+    """Why ripgrep would read ``pattern`` otherwise than these globs do, or ``None``.
+
+    Configured path patterns also go to ripgrep (``repo.search`` excludes the
+    forbidden paths with them), whose globs read ``{a,b}`` as alternatives, a ``[``
+    class across a ``/``, and refuse an unterminated ``[`` or a trailing ``\\``, where
+    these read them as letters: the guard and the search would then disagree on what
+    is forbidden, or every search fail.
+    """
+    body = pattern.strip()
+    if body.endswith("/") and body.rstrip("/").endswith("\\"):
+        return "a '\\' before a trailing '/' is an error to ripgrep"
+    for segment in pattern.split("/"):
+        i, n = 0, len(segment)
+        while i < n:
+            char = segment[i]
+            if char == "\\":
+                if i + 1 == n:
+                    return "a '\\' ending a segment escapes nothing here, or a '/' to ripgrep"
+                i += 2
+            elif char in "{}":
+                return f"'{char}' is a letter here and alternatives to ripgrep"
+            elif char == "[":
+                _, after = _translate_class(segment, i + 1)
+                if after == i + 1:
+                    return "a '[' not closed before the next '/' is a letter here, not to ripgrep"
+                i = after
+            else:
+                i += 1
+    return None

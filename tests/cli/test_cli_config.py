@@ -140,6 +140,16 @@ def test_a_known_profile_on_the_command_line_still_works(capsys, workspace):
         ("[policy]\npath_allow = ['a//b']\n", "policy.path_allow.0", "empty segment"),
         ("[policy]\nwrite_scope = ['src/[z-a]']\n", "policy.write_scope.0", "bad character"),
         ("extra_forbidden_paths = ['x[z-a]']\n", "extra_forbidden_paths.0", "bad character"),
+        (
+            "extra_forbidden_paths = ['drafts/notes[v2']\n",
+            "extra_forbidden_paths.0",
+            "a '[' not closed before the next '/' is a letter here, not to ripgrep",
+        ),
+        (
+            "[policy]\npath_deny = ['*.{pem,key}']\n",
+            "policy.path_deny.0",
+            "'{' is a letter here and alternatives to ripgrep",
+        ),
     ],
 )
 def test_an_invalid_glob_is_named_when_the_file_is_read(capsys, workspace, toml, key, why):

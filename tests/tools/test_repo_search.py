@@ -237,9 +237,10 @@ def test_the_begin_scanner_finds_the_same_suspects_however_the_output_is_cut(cut
 
 
 async def test_a_configured_pattern_the_two_glob_dialects_read_apart_is_judged_by_the_guard(ws):
-    """ripgrep reads braces as alternation; the guard's pattern names the literal file:
-    with such a pattern configured, every file ripgrep reports is checked."""
-    config = 'extra_forbidden_paths = ["notes{1,2}.txt"]\n[[exposure]]\ntools = ["*"]\n'
+    """A file named with braces, forbidden with them escaped as classes (a bare brace
+    is refused by the configuration: ripgrep would read it as alternatives): the file
+    is neither searched nor shown."""
+    config = 'extra_forbidden_paths = ["notes[{]1,2[}].txt"]\n[[exposure]]\ntools = ["*"]\n'
     (ws / "notes{1,2}.txt").write_text("launch code ZULU NINE\n")
     (ws / "docs" / "launch.md").write_text("the launch code is not written down\n")
     kernel = make_kernel(ws, config, workspace_tools=False)
