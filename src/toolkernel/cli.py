@@ -16,8 +16,10 @@ import importlib.metadata
 import json
 import logging
 import os
+import signal
 import sys
 import tempfile
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
 from fnmatch import fnmatchcase
@@ -61,10 +63,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
-        return handler(args)
+        with _stopped_like_ctrl_c():
+            return handler(args)
     except ToolkernelError as exc:
         print(f"{type(exc).__name__}: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
+    except _Stopped as stopped:
+        print(f"Stopped by {stopped.name}.", file=sys.stderr)
+        return 128 + stopped.signum
     except KeyboardInterrupt:
         print("Interrupted.", file=sys.stderr)
         return 130
@@ -75,6 +81,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the CLI's last line: never a traceback
         print(f"InternalError: {type(exc).__name__}: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
+
+
+class _Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, taken as Ctrl-C is: the call in flight is cancelled and
+    recorded, what it started is stopped, and the command exits."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+
+
+@contextmanager
+def _stopped_like_ctrl_c() -> Iterator[None]:
+    """While a command runs, SIGTERM and SIGHUP (a service manager stopping it, a closed
+    terminal) interrupt it as SIGINT does, instead of killing it mid-call with nothing
+    recorded. Only the main thread can take signals; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise _Stopped(signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _parser() -> argparse.ArgumentParser:
