@@ -7,15 +7,18 @@ permission granted shows the probe would have detected the breach.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 import textwrap
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
@@ -30,6 +33,7 @@ from toolkernel.sandbox import (
     probe,
     run_sandboxed,
 )
+from toolkernel.sandbox import bwrap as bwrap_module
 
 BASE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 
@@ -297,3 +301,68 @@ def test_a_nonexistent_bwrap_path_fails_the_probe() -> None:
     with pytest.raises(SandboxUnavailable) as caught:
         probe(Path("/nonexistent/bwrap"))
     assert caught.value.reason
+
+
+def test_a_bwrap_that_could_not_be_asked_is_refused_then_asked_again(
+    bwrap: Path, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A --help that failed for want of a file descriptor says nothing about the
+    binary: that run is refused, and the next one gets its sized /tmp."""
+    alias = tmp_path / "bwrap"  # a binary not asked about yet in this process
+    alias.symlink_to(bwrap)
+    limits = SandboxLimits(tmp_bytes=8 * 1024**2)
+    df = ["sh", "-c", "df -k /tmp | tail -1"]
+
+    def out_of_descriptors(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+    shortage = SimpleNamespace(
+        run=out_of_descriptors,
+        DEVNULL=subprocess.DEVNULL,
+        TimeoutExpired=subprocess.TimeoutExpired,
+    )
+    with monkeypatch.context() as patched:
+        patched.setattr(bwrap_module, "subprocess", shortage)
+        with pytest.raises(SandboxUnavailable) as caught:
+            run(alias, df, workspace, limits=limits)
+    assert os.strerror(errno.EMFILE) in caught.value.reason
+    outcome, stdout = run(alias, df, workspace, limits=limits)
+    assert outcome.exit_code == 0
+    assert int(stdout.split()[1]) == 8 * 1024  # size in KiB
+
+
+def _fake_bwrap(path: Path, real: Path, script: str) -> Path:
+    path.write_text(f'#!/bin/sh\n{script}\nexec {real} "$@"\n')
+    path.chmod(0o755)
+    return path
+
+
+def test_a_bwrap_that_cannot_size_tmp_is_refused(
+    bwrap: Path, workspace: Path, tmp_path: Path
+) -> None:
+    old = _fake_bwrap(
+        tmp_path / "bwrap",
+        bwrap,
+        'if [ "$1" = --help ]; then echo "    --tmpfs DEST  Mount new tmpfs on DEST"; exit 0; fi',
+    )
+    with pytest.raises(SandboxUnavailable) as caught:
+        run(old, ["true"], workspace)
+    assert "--size" in caught.value.reason
+    with pytest.raises(SandboxUnavailable):
+        probe(old)
+
+
+def test_a_probe_that_failed_is_tried_again(bwrap: Path, tmp_path: Path) -> None:
+    """A sandbox that could not start once (no memory, too many processes for a
+    moment) may start the next time: only success is remembered."""
+    failing = tmp_path / "failing"
+    failing.touch()
+    flaky = _fake_bwrap(
+        tmp_path / "bwrap",
+        bwrap,
+        f"if [ -e {failing} ]; then echo 'bwrap: Creating new namespace failed' >&2; exit 1; fi",
+    )
+    with pytest.raises(SandboxUnavailable):
+        probe(flaky)
+    failing.unlink()
+    probe(flaky)

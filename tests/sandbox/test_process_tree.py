@@ -7,8 +7,10 @@ process on the host still carries it once `run_sandboxed` has returned.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -28,6 +30,7 @@ from toolkernel.sandbox import (
     probe,
     run_sandboxed,
 )
+from toolkernel.sandbox.process import _OutputSink
 
 MARKER_VARIABLE = "TOOLKERNEL_TEST_TREE_MARKER"
 
@@ -312,3 +315,123 @@ def test_exit_status_and_signal_are_reported(bwrap: Path, tmp_path: Path) -> Non
     assert (killed.exit_code, killed.signal) == (None, 9)
     assert not anyio.run(main, ["true"], True).sandboxed
     assert os.environ.get(MARKER_VARIABLE) is None
+
+
+# The output store is full: past 64 KiB every write fails (EFBIG, as ENOSPC would).
+# Reports the error and how many descriptors it left open; the error is held past the
+# event loop, as a caller that reports it does.
+FULL_STORE = """
+import anyio, json, os, resource, signal, sys
+from pathlib import Path
+from toolkernel.sandbox import SandboxSpec, find_bwrap, run_sandboxed
+workspace, marker, unsandboxed = Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "1"
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.RLIM_INFINITY))
+spec = SandboxSpec(workspace=workspace, writable=False,
+                   env={"PATH": "/usr/bin:/bin", "TOOLKERNEL_TEST_TREE_MARKER": marker})
+
+async def main():
+    before = len(os.listdir("/proc/self/fd"))
+    try:
+        await run_sandboxed(["sh", "-c", sys.argv[4]], spec, bwrap=find_bwrap(), timeout_s=30,
+                            output_dir=workspace / "out", unsandboxed=unsandboxed)
+    except Exception as exc:
+        with anyio.move_on_after(5):  # a closed pipe goes at the loop's next turn
+            while len(os.listdir("/proc/self/fd")) > before:
+                await anyio.sleep(0.01)
+        return exc, len(os.listdir("/proc/self/fd")) - before
+    return None, 0
+
+kept, leaked = anyio.run(main)
+print(json.dumps([repr(kept), leaked]))
+"""
+
+
+def run_with_a_full_store(
+    workspace: Path, marker: str, script: str, *, unsandboxed: bool
+) -> tuple[str, int, str]:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            FULL_STORE,
+            str(workspace),
+            marker,
+            "1" if unsandboxed else "0",
+            script,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    raised, leaked = json.loads(done.stdout)
+    return raised, leaked, done.stderr
+
+
+def test_a_full_output_store_fails_the_run_and_leaves_no_process_nor_pipe(
+    tmp_path: Path,
+) -> None:
+    marker = uuid.uuid4().hex
+    raised, leaked, stderr = run_with_a_full_store(
+        tmp_path, marker, "yes & yes >&2; wait", unsandboxed=False
+    )
+    assert "File too large" in raised
+    assert leaked == 0
+    assert stderr == ""
+    assert live_marked_pids(marker) == []
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
+
+
+def test_a_full_output_store_closes_a_pipe_a_hidden_writer_still_holds(tmp_path: Path) -> None:
+    """A writer outside the tree (unsandboxed, with a cleared environment, its own
+    session and a new parent) is out of the runner's reach; the pipe it writes to is
+    closed all the same, so it dies of SIGPIPE and nothing reports a leaked pipe at
+    exit ("Exception ignored … Event loop is closed")."""
+    pidfile = tmp_path / "hidden.pid"
+    hidden = f"echo $$ > {pidfile}; exec /usr/bin/yes"
+    script = f"( env -i /usr/bin/setsid /bin/sh -c '{hidden}' & ); exec yes"
+
+    async def gone(pid: int) -> bool:
+        with anyio.move_on_after(5):
+            while _running(pid):
+                await anyio.sleep(0.01)
+        return not _running(pid)
+
+    try:
+        raised, leaked, stderr = run_with_a_full_store(
+            tmp_path, uuid.uuid4().hex, script, unsandboxed=True
+        )
+        writer_gone = anyio.run(gone, int(pidfile.read_text()))
+    finally:
+        if pidfile.exists() and _running(int(pidfile.read_text())):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    assert "File too large" in raised
+    assert leaked == 0
+    assert "Exception ignored" not in stderr, stderr
+    assert writer_gone
+
+
+def test_stderr_is_closed_even_when_closing_stdout_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No public way to make close(2) fail on a local file: the sink is driven directly.
+    sink = _OutputSink(tmp_path, 1024, None)
+    stdout, stderr = sink._stdout, sink._stderr
+
+    class FailingClose:
+        def close(self) -> None:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(sink, "_stdout", FailingClose())
+    with pytest.raises(OSError, match=os.strerror(errno.EIO)), sink:
+        pass
+    assert stderr.closed
+    stdout.close()

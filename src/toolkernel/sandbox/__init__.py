@@ -3,9 +3,10 @@
 The library layer under the kernel's ``PROCESS`` and ``SANDBOX_*`` adapters::
 
     bwrap = find_bwrap(config.bwrap)      # SandboxUnavailable: refuse those modes
-    probe(bwrap)                          # once per binary; same exception
+    probe(bwrap)                          # until it succeeds once; same exception
     outcome = await run_sandboxed(argv, spec, bwrap=bwrap, timeout_s=30,
                                   output_dir=call_dir, cancel=token)
+    # SandboxUnavailable too, when bubblewrap never ran argv (its message says why)
 """
 
 from toolkernel.sandbox.bwrap import SandboxUnavailable, bwrap_argv, find_bwrap, probe

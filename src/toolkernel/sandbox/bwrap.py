@@ -16,7 +16,6 @@ with exactly ``spec.env``, nothing else enters (``--clearenv`` would add nothing
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import shutil
 import subprocess
@@ -26,8 +25,6 @@ from typing import Final
 
 from toolkernel.errors import SandboxUnavailable
 from toolkernel.sandbox.spec import SandboxSpec
-
-_log = logging.getLogger(__name__)
 
 __all__ = ["PROBE_TIMEOUT_S", "SandboxUnavailable", "bwrap_argv", "find_bwrap", "probe"]
 
@@ -78,7 +75,13 @@ _NAMESPACE_FLAGS: Final = (
     "sandbox",
 )
 
-_probed: dict[Path, str | None] = {}
+# What this module and the runner pass to every bubblewrap (0.10 and newer have all).
+_REQUIRED_OPTIONS: Final = ("--size", "--json-status-fd", "--block-fd")
+
+# Only definitive answers are kept: a start or a --help that failed for want of a file
+# descriptor, memory or time says nothing about the binary, and is asked again.
+_started: set[Path] = set()
+_missing_options: dict[Path, tuple[str, ...]] = {}
 
 
 def find_bwrap(configured: str | None = None) -> Path:
@@ -116,17 +119,21 @@ def find_bwrap(configured: str | None = None) -> Path:
 
 
 def probe(bwrap: Path) -> None:
-    """Start an empty sandbox once per binary, so failures surface before any tool runs.
+    """Start an empty sandbox, so failures surface before any tool runs; once it has
+    worked, not again for the same binary.
 
     Raises:
         SandboxUnavailable: if bubblewrap cannot create its namespaces here (for
-            example inside a container without user namespaces).
+            example inside a container without user namespaces), or lacks an option
+            the sandbox needs.
     """
     key = bwrap.absolute()
-    if key not in _probed:
-        _probed[key] = _try_start(key)
-    if (reason := _probed[key]) is not None:
+    if key in _started:
+        return
+    if (reason := _try_start(key)) is not None:
         raise SandboxUnavailable(reason)
+    _require_options(key)
+    _started.add(key)
 
 
 def _try_start(bwrap: Path) -> str | None:
@@ -148,12 +155,34 @@ def _try_start(bwrap: Path) -> str | None:
     return f"user namespaces are not available: {lines[0] if lines else done.returncode}"
 
 
-def bwrap_argv(argv: Sequence[str], spec: SandboxSpec, *, bwrap: Path) -> list[str]:
-    """The full bubblewrap command line that runs ``argv`` as ``spec`` describes."""
-    sized = _accepts_size(bwrap)
+def bwrap_argv(
+    argv: Sequence[str],
+    spec: SandboxSpec,
+    *,
+    bwrap: Path,
+    status_fd: int | None = None,
+    block_fd: int | None = None,
+) -> list[str]:
+    """The full bubblewrap command line that runs ``argv`` as ``spec`` describes.
+
+    Args:
+        argv: The command.
+        spec: What it may see and use.
+        bwrap: The bubblewrap binary.
+        status_fd: Where bubblewrap reports its child's pid and the command's exit
+            (``--json-status-fd``), if anywhere.
+        block_fd: What bubblewrap's child reads one byte from before it starts the
+            command (``--block-fd``), if anything.
+
+    Raises:
+        SandboxUnavailable: the binary lacks an option the sandbox needs (or could
+            not be asked which it has), or the command would need more mounts than
+            bubblewrap accepts.
+    """
+    _require_options(bwrap)
     tmp = str(spec.limits.tmp_bytes)
     mounts = [
-        ("--size", tmp, *m) if sized and m == ("--tmpfs", "/tmp") else m  # noqa: S108
+        ("--size", tmp, *m) if m == ("--tmpfs", "/tmp") else m  # noqa: S108
         for m in _system_mounts(network=spec.network)
     ]
     for path in (*_program_prefixes(argv[0], spec), *spec.extra_ro_binds):
@@ -176,8 +205,7 @@ def bwrap_argv(argv: Sequence[str], spec: SandboxSpec, *, bwrap: Path) -> list[s
         if path.is_dir() and not path.is_symlink():
             # Empty and read-only (below): a write there fails, rather than seeming to
             # work and vanishing with the sandbox.
-            size = ("--size", str(_HIDDEN_TMPFS_BYTES)) if sized else ()
-            mounts.append((*size, "--tmpfs", str(path)))
+            mounts.append(("--size", str(_HIDDEN_TMPFS_BYTES), "--tmpfs", str(path)))
             sealed.append(str(path))
         elif path.exists() and not path.is_symlink():
             mounts.append(("--ro-bind", "/dev/null", str(path)))
@@ -188,6 +216,10 @@ def bwrap_argv(argv: Sequence[str], spec: SandboxSpec, *, bwrap: Path) -> list[s
             "forbidden files in directories of their own, which are hidden whole"
         )
     flags = [*_NAMESPACE_FLAGS, "--share-net"] if spec.network else list(_NAMESPACE_FLAGS)
+    if status_fd is not None:
+        flags += ("--json-status-fd", str(status_fd))
+    if block_fd is not None:
+        flags += ("--block-fd", str(block_fd))
     return [
         str(bwrap),
         *flags,
@@ -206,24 +238,39 @@ def bwrap_argv(argv: Sequence[str], spec: SandboxSpec, *, bwrap: Path) -> list[s
 _HIDDEN_TMPFS_BYTES: Final = 64 * 1024
 # bubblewrap refuses more than 9000 arguments; a mount takes three or four.
 _MAX_MOUNTS: Final = 2000
-_sizes: dict[Path, bool] = {}
 
 
-def _accepts_size(bwrap: Path) -> bool:
-    """Whether this bubblewrap can size a tmpfs (``--size``, 0.10 and newer). An older
-    one runs commands with an unsized ``/tmp``, said once in the log."""
+def _require_options(bwrap: Path) -> None:
+    """Refuse a bubblewrap without an option the sandbox needs: ``--size`` bounds the
+    private ``/tmp`` (unbounded, it could take half the host's memory), the status
+    and block descriptors let the runner set limits inside the sandbox and tell its
+    failure from the command's. Running without one would drop what it enforces."""
     key = bwrap.absolute()
-    if key not in _sizes:
+    if key not in _missing_options:
         try:
             shown = subprocess.run(
-                [str(key), "--help"], capture_output=True, timeout=PROBE_TIMEOUT_S, check=False
+                [str(key), "--help"],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=PROBE_TIMEOUT_S,
+                check=False,
             )
-            _sizes[key] = b"--size" in shown.stdout + shown.stderr
-        except (OSError, subprocess.TimeoutExpired):
-            _sizes[key] = False
-        if not _sizes[key]:
-            _log.warning("%s cannot size a tmpfs: commands get an unbounded /tmp", key)
-    return _sizes[key]
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SandboxUnavailable(f"could not ask {key} which options it has: {exc}") from exc
+        if shown.returncode != 0:
+            lines = shown.stderr.decode(errors="replace").strip().splitlines()
+            said = lines[0] if lines else f"exit status {shown.returncode}"
+            raise SandboxUnavailable(f"could not ask {key} which options it has: {said}")
+        _missing_options[key] = tuple(
+            option
+            for option in _REQUIRED_OPTIONS
+            if option.encode() not in shown.stdout + shown.stderr
+        )
+    if missing := _missing_options[key]:
+        raise SandboxUnavailable(
+            f"{key} lacks {', '.join(missing)}, which the sandbox needs to size its /tmp "
+            "and to start commands under their limits (bubblewrap 0.10 or newer has them)"
+        )
 
 
 def _ancestors(paths: Iterable[Path], workspace: Path) -> list[Path]:

@@ -14,11 +14,23 @@ The caller's own cancellation skips the grace period: it is a shutdown, not a
 courtesy. After a normal exit the same sweep removes any background process the
 command left behind, so a finished call never leaves an orphan.
 
-Resource limits are applied by running the command under util-linux ``prlimit``
-(or, where it is missing, a tiny Python trampoline): the limits are set in the
-process that then ``exec``s bubblewrap, so they hold from the first instruction of
-the command, with no ``preexec_fn`` (unsafe with threads) and no window in which a
-``prlimit(pid)`` after spawn could be outrun by a fork.
+Resource limits of a sandboxed command are set inside the sandbox: bubblewrap
+reports its child once that has entered the new namespaces (``--json-status-fd``),
+and the child waits on ``--block-fd`` after its mounts, before it starts the
+command; in that window ``prlimit(2)`` gives it the limits, which the command
+inherits from its first instruction, with no ``preexec_fn`` (unsafe with threads)
+and nothing of the command running yet that a fork could outrun them with. Set
+there, ``RLIMIT_NPROC`` counts the tasks of the sandbox's own user namespace (Linux
+5.14 and newer): set on bubblewrap itself, it would also be checked against every
+task the user runs, and a user with a few hundred threads elsewhere could not start
+a sandbox at all. An unsandboxed command runs under util-linux ``prlimit`` (or,
+where it is missing, a tiny Python trampoline) that then ``exec``s it.
+
+A sandbox that never ran the command is not reported as the command's exit status:
+bubblewrap reports ``exit-code`` only for a command it executed, so its own failure
+(namespaces refused, a mount it could not make, limits that could not be set) is
+`SandboxUnavailable`, with bubblewrap's message in ``reason``. A program that does
+not exist is the command's failure, reported with bubblewrap's exit status.
 
 Output is streamed to two owner-only files, ``stdout`` and ``stderr``, in
 ``output_dir`` while the command runs; memory stays bounded by one read chunk.
@@ -26,25 +38,30 @@ Output is streamed to two owner-only files, ``stdout`` and ``stderr``, in
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
+import resource
 import secrets
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 from typing import BinaryIO, Final
 
 import anyio
 import anyio.abc
 
+from toolkernel.errors import SandboxUnavailable
 from toolkernel.sandbox.bwrap import bwrap_argv
 from toolkernel.sandbox.spec import SandboxLimits, SandboxSpec
-from toolkernel.sandbox.tree import ProcessTree
+from toolkernel.sandbox.tree import POLL_INTERVAL_S, ProcessTree
 
 __all__ = [
     "COOKIE_VARIABLE",
@@ -73,17 +90,24 @@ OutputCallback = Callable[[bytes], None]
 
 _log = logging.getLogger(__name__)
 
-# Used only where util-linux prlimit is missing: set the limits, then become the command.
+# Unsandboxed runs where util-linux prlimit is missing: set the limits, become the command.
 _TRAMPOLINE: Final = (
     "import os,resource as r,sys;a=sys.argv;e=a.index('--');"
     "[r.setrlimit(getattr(r,a[i]),(int(a[i+1]),)*2) for i in range(1,e,2)];"
     "os.execvp(a[e+1],a[e+1:])"
 )
 
+# bubblewrap's message when a sandbox never ran its command is short; more is not its.
+_MESSAGE_BYTES: Final = 4096
+
+# A setuid bubblewrap's child drops root microseconds after it is reported.
+_SWITCH_TIMEOUT_S: Final = 1.0
+
 
 class _Stop(StrEnum):
     TIMEOUT = "timeout"
     CANCEL = "cancel"
+    UNLIMITED = "unlimited"  # the limits could not be set: the command was never let run
 
 
 @dataclass(frozen=True)
@@ -152,33 +176,54 @@ async def run_sandboxed(
 
     Raises:
         FileExistsError: if ``output_dir`` already holds output files.
+        SandboxUnavailable: the sandbox never ran the command: bubblewrap could not
+            set it up (its message is the ``reason``), or the limits could not be
+            set in it. Its output files are removed.
     """
     if not argv:
         raise ValueError("argv must name a program")
     cookie = f"{COOKIE_VARIABLE}={secrets.token_hex(16)}" if unsandboxed else None
     env = dict(spec.env)
-    if unsandboxed:
-        command = list(argv)
-        env[COOKIE_VARIABLE] = cookie.partition("=")[2] if cookie else ""
-    else:
-        command = bwrap_argv(argv, spec, bwrap=bwrap)
-    command = _with_limits(command, spec.limits)
-    output_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    started = time.monotonic()
-    with _OutputSink(output_dir, spec.limits.max_output_bytes, on_output) as sink:
+    if cookie is not None:
+        env[COOKIE_VARIABLE] = cookie.partition("=")[2]
+    with contextlib.ExitStack() as stack:
+        gate = None if unsandboxed else stack.enter_context(_Gate())
+        if gate is None:
+            command = _with_limits(list(argv), spec.limits)
+        else:
+            command = bwrap_argv(
+                argv, spec, bwrap=bwrap, status_fd=gate.status_fd, block_fd=gate.block_fd
+            )
+        created = not output_dir.exists()
+        output_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        started = time.monotonic()
+        sink = stack.enter_context(_OutputSink(output_dir, spec.limits.max_output_bytes, on_output))
         process = await anyio.open_process(
             command,
             stdin=subprocess.DEVNULL,
             env=env,
             cwd=spec.cwd_path() if unsandboxed else None,
             start_new_session=True,
+            pass_fds=gate.inherited if gate is not None else (),
         )
-        tree = ProcessTree(process.pid, cookie=cookie.encode() if cookie else None)
-        # The outer bubblewrap gets no SIGTERM: its death would skip the grace period.
-        spare = () if unsandboxed else (process.pid,)
-        stop = await _supervise(process, tree, sink, timeout_s, cancel, term_grace_s, spare)
-    # _supervise returns only after the process was reaped.
-    status = process.returncode if process.returncode is not None else 0
+        # Closed on every path: a pipe transport left open is reported at exit.
+        async with process:
+            start = None
+            if gate is not None:
+                gate.spawned()
+                start = partial(gate.release, spec.limits)
+            tree = ProcessTree(process.pid, cookie=cookie.encode() if cookie else None)
+            # The outer bubblewrap gets no SIGTERM: its death would skip the grace period.
+            spare = () if unsandboxed else (process.pid,)
+            stop = await _supervise(
+                process, tree, sink, timeout_s, cancel, term_grace_s, spare, start
+            )
+        # _supervise returns only after the process was reaped.
+        status = process.returncode if process.returncode is not None else 0
+        failure = None if gate is None else _never_ran(gate, stop, status, sink, argv[0])
+    if failure is not None:
+        _discard(sink, output_dir if created else None)
+        raise SandboxUnavailable(failure)
     return ProcessOutcome(
         exit_code=status if status >= 0 else None,
         signal=-status if status < 0 else None,
@@ -193,6 +238,153 @@ async def run_sandboxed(
     )
 
 
+async def _runs_as_us(pid: int) -> bool:
+    """Wait until ``pid`` runs as this process's user (only then may its limits be
+    set), or is gone. A setuid-root bubblewrap reports its child while that still
+    runs as root, and lets it drop root right after."""
+    with anyio.move_on_after(_SWITCH_TIMEOUT_S):
+        while (uids := _real_effective_saved_uids(pid)) is not None and uids != {os.getuid()}:
+            await anyio.sleep(POLL_INTERVAL_S)
+        return True
+    return False
+
+
+def _real_effective_saved_uids(pid: int) -> set[int] | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    line = next((line for line in status.splitlines() if line.startswith("Uid:")), "")
+    return {int(uid) for uid in line.split()[1:4]} or None
+
+
+def _never_ran(
+    gate: _Gate, stop: _Stop | None, status: int, sink: _OutputSink, program: str
+) -> str | None:
+    """Why the sandbox ran no command; ``None`` when it ran one, was stopped, or the
+    program itself could not be executed (not found, not executable: the command's
+    own failure, which bubblewrap reports as exit status 1)."""
+    if stop is _Stop.UNLIMITED:
+        return gate.problem
+    if stop is not None or status < 0 or gate.command_ran():
+        return None
+    with sink.stderr_path.open("rb") as handle:
+        message = handle.read(_MESSAGE_BYTES).decode(errors="replace").strip()
+    if message.startswith(f"bwrap: execvp {program}: "):
+        return None
+    return f"bubblewrap ran no command (exit status {status}): {message or 'no message'}"
+
+
+def _discard(sink: _OutputSink, directory: Path | None) -> None:
+    for path in (sink.stdout_path, sink.stderr_path):
+        path.unlink(missing_ok=True)
+    if directory is not None:
+        with contextlib.suppress(OSError):
+            directory.rmdir()
+
+
+class _Gate:
+    """How a sandbox starts: where bubblewrap reports, and what holds its child.
+
+    bubblewrap writes ``{"child-pid": N, …}`` to the status pipe once it has cloned
+    the sandbox's first process into the new namespaces, and ``{"exit-code": N}``
+    only for a command it executed. That child reads one byte from the block pipe
+    after its mounts and before it starts the command: until the byte is written,
+    nothing of the command runs, and limits set on the child hold for all of it.
+    """
+
+    def __init__(self) -> None:
+        self._open: list[int] = []
+        try:
+            self._status, self.status_fd = self._pipe()
+            self.block_fd, self._unblock = self._pipe()
+        except BaseException:
+            self.__exit__()
+            raise
+        os.set_blocking(self._status, False)
+        self._received = b""
+        self.problem = ""
+
+    def __enter__(self) -> _Gate:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        while self._open:
+            os.close(self._open.pop())
+
+    @property
+    def inherited(self) -> tuple[int, int]:
+        """The descriptors bubblewrap must be given."""
+        return (self.status_fd, self.block_fd)
+
+    def spawned(self) -> None:
+        """Close bubblewrap's ends here, so that its exit ends the status stream."""
+        self._close(self.status_fd)
+        self._close(self.block_fd)
+
+    async def release(self, limits: SandboxLimits) -> bool:
+        """Wait for bubblewrap's child, set ``limits`` on it, and let it run the command.
+
+        Returns:
+            False when the limits could not be set (``problem`` says why): the command
+            must not run. True also when bubblewrap failed before or during its
+            setup, which its exit shows.
+        """
+        line = await self._next_line()
+        if line is None:
+            return True
+        try:
+            child = int(json.loads(line)["child-pid"])
+        except (ValueError, KeyError, TypeError):
+            self.problem = f"bubblewrap reported no sandbox process: {line[:200]!r}"
+            return False
+        if not await _runs_as_us(child):
+            self.problem = "bubblewrap's child kept another user's identity: no limits set"
+            return False
+        for name, value in _limit_values(limits).items():
+            try:
+                resource.prlimit(child, getattr(resource, name), (value, value))
+            except ProcessLookupError:
+                return True
+            except (OSError, ValueError, OverflowError) as exc:
+                self.problem = f"{name} = {value} could not be set in the sandbox: {exc}"
+                return False
+        with contextlib.suppress(BrokenPipeError):  # the child is gone: its exit says why
+            os.write(self._unblock, b"\n")
+        self._close(self._unblock)
+        return True
+
+    def command_ran(self) -> bool:
+        """Once bubblewrap has exited: whether it executed the command."""
+        with contextlib.suppress(BlockingIOError):  # only a leaked writer could leave it open
+            while chunk := os.read(self._status, 4096):
+                self._received += chunk
+        return any(b'"exit-code"' in line for line in self._received.splitlines())
+
+    async def _next_line(self) -> bytes | None:
+        while b"\n" not in self._received:
+            await anyio.wait_readable(self._status)
+            try:
+                chunk = os.read(self._status, 4096)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                return None
+            self._received += chunk
+        line, _, self._received = self._received.partition(b"\n")
+        return line
+
+    def _pipe(self) -> tuple[int, int]:
+        read, write = os.pipe()
+        self._open += (read, write)
+        return read, write
+
+    def _close(self, fd: int) -> None:
+        if fd in self._open:
+            self._open.remove(fd)
+            os.close(fd)
+
+
 async def _supervise(
     process: anyio.abc.Process,
     tree: ProcessTree,
@@ -201,6 +393,7 @@ async def _supervise(
     cancel: anyio.Event | None,
     term_grace_s: float,
     spare_from_term: tuple[int, ...],
+    start: Callable[[], Awaitable[bool]] | None,
 ) -> _Stop | None:
     assert process.stdout is not None  # open_process pipes both by default
     assert process.stderr is not None
@@ -210,7 +403,7 @@ async def _supervise(
         async with anyio.create_task_group() as pumps:
             pumps.start_soon(_pump, process.stdout, sink.write_stdout, drained)
             pumps.start_soon(_pump, process.stderr, sink.write_stderr, drained)
-            stop = await _wait_for_exit(process, timeout_s, cancel)
+            stop = await _wait_for_exit(process, timeout_s, cancel, start)
             await _kill(tree, process, grace_s=term_grace_s, spare_from_term=spare_from_term)
             tree_gone = True
             with anyio.move_on_after(DRAIN_TIMEOUT_S):
@@ -238,7 +431,10 @@ async def _kill(
 
 
 async def _wait_for_exit(
-    process: anyio.abc.Process, timeout_s: float, cancel: anyio.Event | None
+    process: anyio.abc.Process,
+    timeout_s: float,
+    cancel: anyio.Event | None,
+    start: Callable[[], Awaitable[bool]] | None,
 ) -> _Stop | None:
     stop: _Stop | None = None
 
@@ -252,7 +448,10 @@ async def _wait_for_exit(
         if cancel is not None:
             watchers.start_soon(watch_cancel, cancel, watchers.cancel_scope)
         with anyio.move_on_after(timeout_s) as deadline:
-            await process.wait()
+            if start is not None and not await start():
+                stop = _Stop.UNLIMITED
+            else:
+                await process.wait()
         if deadline.cancelled_caught and stop is None:
             stop = _Stop.TIMEOUT
         watchers.cancel_scope.cancel()
@@ -309,8 +508,10 @@ class _OutputSink:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self._stdout.close()
-        self._stderr.close()
+        try:
+            self._stdout.close()
+        finally:
+            self._stderr.close()
 
     def write_stdout(self, chunk: bytes) -> None:
         self._store(self._stdout, chunk, self._on_output)
@@ -339,14 +540,19 @@ def _create_private(path: Path) -> BinaryIO:
     return os.fdopen(fd, "wb", buffering=0)
 
 
-def _with_limits(command: list[str], limits: SandboxLimits) -> list[str]:
-    values = {
+def _limit_values(limits: SandboxLimits) -> dict[str, int]:
+    return {
         "RLIMIT_CPU": limits.cpu_seconds,
         "RLIMIT_AS": limits.memory_bytes,
         "RLIMIT_NPROC": limits.max_processes,
         "RLIMIT_FSIZE": limits.file_size_bytes,
         "RLIMIT_CORE": 0,
     }
+
+
+def _with_limits(command: list[str], limits: SandboxLimits) -> list[str]:
+    """``command`` under the limits, for an unsandboxed run (no namespace to set them in)."""
+    values = _limit_values(limits)
     prlimit = shutil.which("prlimit")
     if prlimit is not None:
         flags = [f"--{name[7:].lower()}={value}" for name, value in values.items()]

@@ -21,15 +21,18 @@ class SandboxLimits:
         cpu_seconds: ``RLIMIT_CPU``, per process (the kernel has no per-tree CPU rlimit;
             the wall-clock timeout bounds the tree).
         memory_bytes: ``RLIMIT_AS``, address space per process.
-        max_processes: ``RLIMIT_NPROC``. The kernel counts every process of the real
-            user, and does not enforce it for root: a ceiling against fork bombs from
-            unprivileged users, not an exact per-call count.
+        max_processes: ``RLIMIT_NPROC``, a ceiling against fork bombs. Set inside
+            the sandbox's user namespace, where Linux 5.14 and newer count only the
+            sandbox's own processes (threads included); older kernels, and
+            unsandboxed runs, count every process of the real user, so a user
+            already past it cannot start a command. Not enforced for root.
         max_output_bytes: stdout plus stderr kept on disk; past it the output is
             drained and discarded, and the outcome is marked truncated.
         file_size_bytes: ``RLIMIT_FSIZE``, the largest file the command may write.
         tmp_bytes: size of the command's private ``/tmp``, a tmpfs held in the host's
             memory and outside ``memory_bytes`` (unbounded, it could take half the
-            host's RAM). Needs bubblewrap 0.10 or newer (the bundled one is).
+            host's RAM). Needs bubblewrap 0.10 or newer (the bundled one is); an
+            older one is refused, never run with an unsized ``/tmp``.
     """
 
     cpu_seconds: int = 60
