@@ -7,14 +7,18 @@ APPROVAL_REQUIRED and a message that says how to approve it.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
-import anyio.to_thread
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
 
 from toolkernel.canonical import utf8_text
 
@@ -57,6 +61,9 @@ class ApprovalDecision:
     note: str = ""
 
 
+_A = TypeVar("_A")
+_R = TypeVar("_R")
+
 Approver = Callable[[ApprovalRequest], "ApprovalDecision | Awaitable[ApprovalDecision]"]
 
 
@@ -73,9 +80,10 @@ def approve_all(approver: str = "auto") -> Approver:
 async def ask(approver: Approver, request: ApprovalRequest) -> ApprovalDecision:
     """Call a sync or async approver; the answer, checked.
 
-    A sync approver runs in a worker thread (a human at a prompt must not stop the
+    A sync approver runs in a thread of its own (a human at a prompt must not stop the
     event loop, and with it the run's other calls); when the waiting call is
-    cancelled, the thread is abandoned.
+    cancelled, the thread is abandoned, and as a daemon it does not keep the process
+    from exiting while it waits for an answer that no longer matters.
 
     Raises:
         TypeError: the answer is not an ``ApprovalDecision`` of a bool, a string and
@@ -84,10 +92,37 @@ async def ask(approver: Approver, request: ApprovalRequest) -> ApprovalDecision:
     if _is_async(approver) or getattr(approver, "inline", False):
         answer = approver(request)
     else:
-        answer = await anyio.to_thread.run_sync(approver, request, abandon_on_cancel=True)
+        answer = await _in_daemon_thread(approver, request)
     if inspect.isawaitable(answer):
         answer = await answer
     return _checked(answer)
+
+
+async def _in_daemon_thread(function: Callable[[_A], _R], argument: _A) -> _R:
+    """``function(argument)`` in a daemon thread, awaited; a cancel abandons the thread.
+
+    anyio's worker threads are not daemons: one blocked in ``readline`` at a prompt
+    would hold the process open after a cancel or Ctrl-C until someone pressed Enter.
+    """
+    token = anyio.lowlevel.current_token()
+    answered = anyio.Event()
+    outcome: list[_R] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(function(argument))
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            failure.append(exc)
+        finally:
+            with contextlib.suppress(Exception):  # the loop is gone: nobody waits
+                anyio.from_thread.run_sync(answered.set, token=token)
+
+    threading.Thread(target=run, name="toolkernel-approver", daemon=True).start()
+    await answered.wait()
+    if failure:
+        raise failure[0]
+    return outcome[0]
 
 
 def _is_async(approver: Approver) -> bool:
@@ -117,7 +152,7 @@ class TerminalApprover:
         self._err = stderr or sys.stderr
 
     async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
-        return await anyio.to_thread.run_sync(self._prompt, request)
+        return await _in_daemon_thread(self._prompt, request)
 
     def _prompt(self, request: ApprovalRequest) -> ApprovalDecision:
         shown = json.dumps(dict(request.arguments), indent=2, ensure_ascii=False)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -479,6 +481,59 @@ async def test_a_call_cancelled_while_a_sync_approver_blocks_returns_at_once(ker
                 group.start_soon(cancel_soon)
                 result = await kernel.call(run, "web.fetch", {"url": "https://example.org"})
     assert (result.status, result.error_code) == (Status.CANCELLED, ErrorCode.USER_CANCELLED)
+
+
+ABANDONED_PROMPT = """
+import pathlib, sys, anyio
+from toolkernel.approval import ApprovalDecision
+from toolkernel.definition import Permissions
+from toolkernel.functions import tool
+from toolkernel.testing import make_kernel
+
+@tool("repo.reset", mutating=True, destructive=True,
+      permissions=Permissions(read_workspace=True, write_workspace=True))
+def reset() -> str:
+    \"\"\"Throw away local changes.\"\"\"
+    return "reset"
+
+def human(request):  # a prompt nobody answers
+    sys.stdin.readline()
+    return ApprovalDecision(True, "human")
+
+kernel = make_kernel(pathlib.Path(sys.argv[1]), '[run]\\nprofile = "workspace-write"\\n'
+                     '[[exposure]]\\ntools = ["*"]\\n', approver=human)
+kernel.register(reset)
+
+async def main():
+    with anyio.move_on_after(0.3):
+        await kernel.call(kernel.start_run(), "repo.reset", {})
+
+anyio.run(main)
+kernel.close()
+print("done")
+"""
+
+
+def test_a_process_whose_approval_prompt_was_abandoned_exits(tmp_path):
+    # Ctrl-C at `toolkernel call`'s prompt said "Interrupted." and then waited for Enter:
+    # the thread blocked in readline kept the process alive.
+    script = tmp_path / "prompt.py"
+    script.write_text(ABANDONED_PROMPT)
+    (tmp_path / "ws").mkdir()
+    with subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "ws")],
+        stdin=subprocess.PIPE,  # open, never written: the human never answers
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as process:
+        try:
+            process.wait(timeout=30)  # stdin stays open: communicate() would close it
+        except subprocess.TimeoutExpired:
+            process.kill()
+            pytest.fail("the process waited for the abandoned prompt")
+        out, err = process.communicate()
+    assert (process.returncode, out.strip()) == (0, "done"), err
 
 
 async def test_a_caller_cancelled_while_a_human_is_asked_leaves_the_hold_denied(kernel_factory):
