@@ -584,6 +584,9 @@ class Kernel:
                             run, batch, exclusive, on_progress, approver, repeated, owned=seen
                         )
                     )
+                except BaseException as exc:
+                    self._record_unstarted(run, calls[offset + len(batch) :], exc)
+                    raise
                 finally:
                     pending.difference_update(call.tool_call_id for call in batch)
                 offset += len(batch)
@@ -716,9 +719,10 @@ class Kernel:
                     run.proposed(call.tool_call_id)  # cancellable while it waits its turn
             try:
                 await run.gate.acquire(exclusive)
-            except BaseException:
+            except BaseException as exc:
                 for call_id in named:  # never admitted: nothing of them is kept
                     run.finished(call_id)
+                self._record_unstarted(run, batch, exc)
                 raise
             journal = _Journal(self.ledger, run.id, self._inflight, self._claims)
             results: list[ToolCallResult] | None = None
@@ -1209,6 +1213,25 @@ class Kernel:
             trace_context=call.trace_context,
         )
         return request, rejected
+
+    def _record_unstarted(self, run: Run, calls: Sequence[ToolCall], exc: BaseException) -> None:
+        """REQUEST and a RESULT for calls an interruption (Ctrl-C, a cancelled caller, a
+        failure) kept from starting: every proposal is recorded, with how it ended
+        (CANCELLED/USER_CANCELLED, or FAILED/INTERNAL_ERROR), not left out."""
+        if not calls:
+            return
+        journal = _Journal(self.ledger, run.id, self._inflight, self._claims)
+        for call in calls:
+            request, _ = self._request(run, call)
+            event = NewEvent(
+                EventType.TOOL_CALL_REQUEST, request.to_dict(), request.tool_call_id, plain=True
+            )
+            journal.write([event])
+        journal.conclude_interrupted(exc)
+        try:
+            journal.flush()
+        except LedgerError:
+            _log.exception("the calls an interruption kept from starting could not be recorded")
 
     def _refuse_repeated_id(self, run: Run, call: ToolCall, journal: _Journal) -> ToolCallResult:
         """REQUEST and INVALID_ARGUMENTS/DUPLICATE_CALL_ID for a call whose id is open in

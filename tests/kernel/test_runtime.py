@@ -845,6 +845,58 @@ async def test_results_stored_on_the_second_try_are_returned_not_an_error(
     assert ledger.verify().ok
 
 
+async def test_calls_an_interrupted_turn_never_started_are_recorded_cancelled(
+    kernel_factory, calls
+):
+    """Every proposal is recorded: the caller cancelled during the turn's first
+    segment, the later segments never ran, and their calls still have a REQUEST and a
+    CANCELLED RESULT (they were missing from the ledger)."""
+    kernel = kernel_factory('[run]\nprofile = "workspace-write"\n[[exposure]]\ntools = ["*"]\n')
+    run = kernel.start_run()
+    turn = [
+        ToolCall("slow.wait", {"seconds": 0.09}, tool_call_id="call_a"),
+        ToolCall("repo.reset", {}, tool_call_id="call_b"),
+        ToolCall("repo.lookup", {"query": "x"}, tool_call_id="call_c"),
+    ]
+    with anyio.move_on_after(0.03):
+        await kernel.call_many(run, turn)
+
+    events = kernel.ledger.events(run.id)
+    for call_id in ("call_b", "call_c"):
+        kinds = [e.type for e in events if e.tool_call_id == call_id]
+        assert kinds == [EventType.TOOL_CALL_REQUEST, EventType.TOOL_CALL_RESULT], call_id
+        [result] = [
+            e for e in events if e.tool_call_id == call_id and e.type is EventType.TOOL_CALL_RESULT
+        ]
+        assert result.payload["result"]["errorCode"] == "USER_CANCELLED"
+    assert calls.count.get("repo.reset") is None
+    report = kernel.ledger.verify(run.id)
+    assert report.ok
+    assert report.unfinished == []
+
+
+async def test_a_call_cancelled_while_it_waits_for_the_runs_gate_is_recorded(kernel_factory):
+    kernel = kernel_factory('[run]\nprofile = "workspace-write"\n[[exposure]]\ntools = ["*"]\n')
+
+    @tool("slow.mutate", mutating=True)
+    async def mutate() -> str:
+        """Hold the run's gate a while."""
+        await anyio.sleep(0.5)
+        return "done"
+
+    kernel.register(mutate)
+    run = kernel.start_run()
+    async with anyio.create_task_group() as group:
+        group.start_soon(kernel.call, run, "slow.mutate", {})
+        await anyio.sleep(0.1)  # the mutation holds the gate
+        with anyio.move_on_after(0.1):
+            await kernel.call(run, "repo.lookup", {"query": "x"}, tool_call_id="call_waiting")
+
+    kinds = [e.type for e in kernel.ledger.events(run.id) if e.tool_call_id == "call_waiting"]
+    assert kinds == [EventType.TOOL_CALL_REQUEST, EventType.TOOL_CALL_RESULT]
+    assert kernel.ledger.verify(run.id).unfinished == []
+
+
 class _Weird(BaseException):
     """Not an Exception: what some libraries raise to unwind."""
 
