@@ -366,3 +366,21 @@ def test_a_duplicated_event_is_named_as_a_repeat_not_as_a_missing_seq(tmp_path: 
     assert [(p.seq, p.kind, p.detail) for p in problems if p.kind == "gap"] == [
         (4, "gap", "seq 4 again after seq 4")
     ]
+
+
+def test_an_error_on_a_full_file_system_says_it_is_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite says "disk I/O error" when it cannot grow its -shm file on a full disk.
+    path = tmp_path / "ledger.db"
+    path.write_bytes(b"not a database, " * 64)
+    with pytest.raises(LedgerError) as roomy:
+        SqliteLedger(path, read_only=True)
+    assert "is full" not in str(roomy.value)
+
+    class Full:
+        f_bavail = 0
+
+    monkeypatch.setattr("toolkernel.ledger.sqlite.os.statvfs", lambda _path: Full())
+    with pytest.raises(LedgerError, match=f"the file system holding {tmp_path} is full"):
+        SqliteLedger(path, read_only=True)

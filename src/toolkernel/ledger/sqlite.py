@@ -464,7 +464,20 @@ class SqliteLedger(Ledger):
         try:
             yield
         except (sqlite3.Error, OSError) as exc:
-            raise LedgerError(f"could not {action} the ledger at {self._path}: {exc}") from exc
+            why = f"could not {action} the ledger at {self._path}: {exc}{_full(self._path)}"
+            raise LedgerError(why) from exc
+
+
+def _full(path: Path) -> str:
+    """A note when the file system holding ``path`` has no space left, which SQLite
+    reports as a bare "disk I/O error" (a -shm it cannot grow, say)."""
+    try:
+        space = os.statvfs(path.parent)
+    except OSError:
+        return ""
+    if space.f_bavail > 0:
+        return ""
+    return f" (the file system holding {path.parent} is full: free space, then try again)"
 
 
 def _open(path: Path, synchronous: str) -> sqlite3.Connection:
