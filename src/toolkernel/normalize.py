@@ -7,7 +7,13 @@ kernel always runs it between dispatch and the RESULT event.
 ``normalize`` refuses output nested deeper than ``MAX_OUTPUT_DEPTH`` before anything
 else walks it: the encoders, the output schema's validator and ``shrink`` recurse, and
 a tool's odd output must end as its own FAILED result, not as an exception that takes
-the other calls of the turn with it.
+the other calls of the turn with it. It also refuses an artifact ref whose id the
+artifact store did not issue: the model passes an id back to ``artifact.read`` as it is,
+so it cannot be masked, and a store's id (a sha256 digest) holds nothing to mask.
+
+``artifactize`` cuts output over the projection budget before ``redact`` sees it, so it
+cuts strings with ``Redactor.clip``: a secret the cut goes through, or whose keyword it
+cuts off, is masked whole and counted with the output's redactions.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from toolkernel.calls import ArtifactRef, RedactionNotice
 from toolkernel.canonical import canonical_json
 from toolkernel.codes import ErrorCode, Status, safe_message
 from toolkernel.dispatch import Outcome
+from toolkernel.errors import UsageError
 from toolkernel.redaction import Redactor
 from toolkernel.registry import RegisteredTool
 
@@ -49,6 +56,8 @@ class Finishing:
 
     ``encoded`` is the canonical JSON of the output as it stands (``normalize`` sets it,
     ``artifactize`` stores it); a stage that replaces the output must set it to None.
+    ``clipped`` counts, by kind, what ``artifactize`` masked where it cut the output;
+    ``redact`` reports it with what it masks in the output.
     """
 
     tool: RegisteredTool
@@ -57,6 +66,7 @@ class Finishing:
     redactor: Redactor
     redactions: list[RedactionNotice] = field(default_factory=list)
     encoded: bytes | None = None
+    clipped: Counter[str] = field(default_factory=Counter)
 
 
 Processor = Callable[[Outcome, Finishing], Outcome]
@@ -74,6 +84,13 @@ def normalize(outcome: Outcome, fin: Finishing) -> Outcome:
     if isinstance(outcome.output, _CONTAINERS) and _nested_deeper(outcome.output, MAX_OUTPUT_DEPTH):
         why = f"output is nested more than {MAX_OUTPUT_DEPTH} levels deep"
         return _contract_violation(outcome, fin, why, shown=f"Its {why}.")
+    replayed = "replayedFrom" in outcome.internal  # served as recorded, refs and all
+    if (
+        outcome.artifacts
+        and not replayed
+        and (foreign := _foreign_ref(outcome.artifacts, fin.artifacts))
+    ):
+        return _contract_violation(outcome, fin, foreign, shown=f"Its {foreign}.")
     try:
         fin.encoded = canonical_json(outcome.output)
     except TypeError:
@@ -158,6 +175,21 @@ def _nested_deeper(value: Any, limit: int) -> bool:
     return False
 
 
+def _foreign_ref(refs: Sequence[ArtifactRef], store: ArtifactStore) -> str | None:
+    """Why a ref cannot be shown: its id is not one ``store`` issued (None: all are).
+
+    The id itself is not quoted: it is the tool's text, not the store's.
+    """
+    for number, ref in enumerate(refs, start=1):
+        try:
+            store.metadata(ref.id)
+        except UsageError:
+            return (
+                f"artifact ref {number} of {len(refs)} has an id the artifact store did not issue"
+            )
+    return None
+
+
 def _contract_violation(outcome: Outcome, fin: Finishing, why: str, *, shown: str = "") -> Outcome:
     """FAILED/OUTPUT_CONTRACT_VIOLATION; ``why`` goes to the ledger, ``shown`` to the model
     too (only text that holds nothing of the output)."""
@@ -187,7 +219,7 @@ def artifactize(outcome: Outcome, fin: Finishing) -> Outcome:
         producer=fin.tool_call_id,
     )
     outcome.artifacts = (*outcome.artifacts, ref)
-    outcome.output = shrink(outcome.output, budget)
+    outcome.output = shrink(outcome.output, budget, redactor=fin.redactor, counts=fin.clipped)
     fin.encoded = None
     if outcome.status is Status.SUCCEEDED:
         outcome.status = Status.PARTIAL
@@ -205,12 +237,12 @@ def redact(outcome: Outcome, fin: Finishing) -> Outcome:
     outcome.message = redactor.redact(outcome.message, counts)
     if counts:
         fin.redactions.extend(redaction_notices(counts, "safeMessage"))
-        counts = Counter()
+    counts = Counter(fin.clipped)  # what artifactize masked at its cuts
     outcome.output = redactor.redact(outcome.output, counts)
     if counts:
         fin.redactions.extend(redaction_notices(counts, "structuredOutput"))
         fin.encoded = None
-    if outcome.artifacts:  # their type and description are shown too
+    if outcome.artifacts:  # their fields are shown too
         outcome.artifacts = _redacted_refs(outcome.artifacts, fin)
     if not fin.redactions:
         return outcome
@@ -227,13 +259,16 @@ def redact(outcome: Outcome, fin: Finishing) -> Outcome:
 
 
 def _redacted_refs(refs: tuple[ArtifactRef, ...], fin: Finishing) -> tuple[ArtifactRef, ...]:
+    """The refs with their text fields redacted; the id too, for a chain that leaves out
+    ``normalize`` (a store's id is a digest, which redaction leaves as it is)."""
     counts: Counter[str] = Counter()
     shown = []
+    text = fin.redactor.redact_text
     for ref in refs:
-        media_type = fin.redactor.redact_text(ref.media_type, counts)
-        description = fin.redactor.redact_text(ref.description, counts)
-        if (media_type, description) != (ref.media_type, ref.description):
-            ref = replace(ref, media_type=media_type, description=description)
+        fields = (ref.id, ref.media_type, ref.description)
+        redacted = tuple(text(value, counts) for value in fields)
+        if redacted != fields:
+            ref = replace(ref, id=redacted[0], media_type=redacted[1], description=redacted[2])
         shown.append(ref)
     if counts:
         fin.redactions.extend(redaction_notices(counts, "artifacts"))
@@ -250,22 +285,33 @@ DEFAULT_CHAIN: Final[Sequence[Processor]] = (normalize, artifactize, redact)
 _LEVELS: Final = ((2000, 100), (500, 50), (200, 20), (80, 10), (20, 3), (8, 1))
 
 
-def shrink(value: Any, max_bytes: int) -> Any:
-    """A bounded copy of a JSON value: long strings and lists cut, level by level."""
+def shrink(value: Any, max_bytes: int, *, redactor: Redactor, counts: Counter[str]) -> Any:
+    """A bounded copy of a JSON value: long strings and lists cut, level by level.
+
+    A string is cut with ``redactor.clip``, so no secret is left in part at the cut;
+    what that masks in the copy returned is counted in ``counts``.
+    """
     for text_limit, item_limit in _LEVELS:
-        candidate = _cut(value, text_limit, item_limit)
+        masked: Counter[str] = Counter()
+        candidate = _cut(value, text_limit, item_limit, redactor, masked)
         if len(canonical_json(candidate)) <= max_bytes:
+            counts.update(masked)
             return candidate
     return None
 
 
-def _cut(value: Any, text_limit: int, item_limit: int) -> Any:
+def _cut(
+    value: Any, text_limit: int, item_limit: int, redactor: Redactor, counts: Counter[str]
+) -> Any:
     if isinstance(value, str):
-        return value if len(value) <= text_limit else value[:text_limit] + "…[truncated]"
+        if len(value) <= text_limit:
+            return value
+        return redactor.clip(value, 0, text_limit, counts) + "…[truncated]"
     if isinstance(value, list):
-        return [_cut(v, text_limit, item_limit) for v in value[:item_limit]]
+        return [_cut(v, text_limit, item_limit, redactor, counts) for v in value[:item_limit]]
     if isinstance(value, dict):
         return {
-            k: _cut(v, text_limit, item_limit) for k, v in list(value.items())[: item_limit * 2]
+            k: _cut(v, text_limit, item_limit, redactor, counts)
+            for k, v in list(value.items())[: item_limit * 2]
         }
     return value

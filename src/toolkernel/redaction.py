@@ -2,18 +2,21 @@
 
 Every string in a result's safe message and structured output passes through
 ``Redactor.redact``; process output can pass through ``StreamRedactor`` chunk by chunk.
-``Redactor.secret_spans`` tells where the secrets of a text are instead, for a caller
-that shows only part of it (``artifact.read``) and must mask what the cut goes through.
+A caller that shows only part of a text (a preview, a cut line, output over its budget)
+takes that part with ``Redactor.clip``, which masks every secret reaching into it, even
+one the cut goes through; ``Redactor.secret_spans`` tells where the secrets of a text are,
+for a caller that must map them itself (``artifact.read``, which reads bytes).
 Four things are masked, each counted by kind so the kernel can record the redaction
 in the ledger and note it in the projection:
 
-- values the runtime knows to be secret (``add_secret``), also base64 and URL-encoded;
+- values the runtime knows to be secret (``add_secret``), also base64 and URL-encoded,
+  and escaped as JSON or a Python repr writes them;
 - secrets found by pattern and entropy (``toolkernel.secrets``): provider token
   formats, private keys (also lines of a key's body read without its BEGIN line),
   JWTs, credentials in assignments, URLs and command lines;
 - raw stack traces (Python, Java, Node), replaced by ``[stack trace withheld: N frames]``;
 - host paths: the workspace's absolute location becomes workspace-relative, any other
-  absolute path becomes ``<host-path>``.
+  absolute path becomes ``<host-path>``; also written with escaped slashes (``\\/``).
 
 Speed matters because tool output can be large. The secret rules form one compiled
 alternation, but Python's ``re`` would try every alternative at every position of the
@@ -75,9 +78,16 @@ _HOST_PATH: Final = re.compile(
     r"/(?:(?<![\w.~/%-]/)|(?<=file:///)|(?<=\\[nrtbf]/))[\w.@+-]++/(?:[\w.@+-]++/)*+[\w.@+-]*+"
 )
 _HOST_SEGMENT: Final = re.compile(r"[\w.@+-]+")  # a segment _HOST_PATH masks whole
+# The same start written with escaped slashes, as JSON allows and PHP's json_encode
+# writes (``"\/etc\/ssl\/x"``): a run of such segments, which is masked as its
+# unescaped form would be. One segment is enough here; the plain patterns decide.
+_ESCAPED_PATH: Final = re.compile(
+    r"\\/(?:(?<![\w.~/%-]\\/)|(?<=file:\\/\\/\\/)|(?<=\\[nrtbf]\\/))[\w.@+-]++(?:\\/[\w.@+-]*+)*+"
+)
 # Literal first for speed; the drive letter is checked by the lookbehind and masked too.
+# A JSON escape's letter is no drive letter: ``"\r:\u001f…"`` is no path.
 _WINDOWS_PATH: Final = re.compile(
-    r":\\(?<=(?<![\w/])[A-Za-z]:\\)(?:[^\\\s\"'<>|:*?]+\\)+[^\\\s\"'<>|:*?]*"
+    r":\\(?<=(?<![\w/])(?<!\\(?=[bfnrt]))[A-Za-z]:\\)(?:[^\\\s\"'<>|:*?]+\\)+[^\\\s\"'<>|:*?]*"
 )
 
 # --- stack traces ---------------------------------------------------------------------
@@ -310,7 +320,8 @@ class Redactor:
         """Mask ``value`` from now on (for secrets the runtime itself hands to tools).
 
         Its URL-encoded and base64 forms are masked too, including the base64 of the
-        value inside a longer encoded string (``user:token`` in a Basic header).
+        value inside a longer encoded string (``user:token`` in a Basic header), and the
+        value escaped in a JSON string or a Python repr (a quote or backslash in it).
         """
         if len(value) < _MIN_KNOWN or value in self._known:
             return
@@ -458,6 +469,64 @@ class Redactor:
         spans.sort()
         return spans
 
+    def clip(self, text: str, start: int, end: int, counts: Counter[str]) -> str:
+        """``text[start:end]``, for a caller that shows only part of a text.
+
+        A cut through a secret, or between a keyword (``password=``) and its value,
+        leaves a piece no rule recognises. So the secrets are looked for
+        (``secret_spans``) in the range widened on each side by more than any secret
+        reaches (back to a private key's BEGIN line up to 16 KiB before it), and each
+        one that reaches into the range is masked there and counted in ``counts`` by
+        kind. A host path an edge of the range cuts through is masked
+        as ``<host-path>``: cut, it may no longer look like one. The part still needs
+        ``redact_text``, for the stack traces and host paths inside it.
+
+        Args:
+            text: the whole text.
+            start: where the part starts (clamped to the text).
+            end: where the part ends, exclusive (clamped to the text).
+            counts: incremented per secret or host path masked, by kind.
+        """
+        start, end = max(0, start), min(len(text), end)
+        if end <= start:
+            return ""
+        reach = max(_CLIP_REACH, self.max_secret_length)
+        low = max(0, start - reach)
+        far = max(0, start - _KEY_REACH)
+        # A private key block may run into the range from a BEGIN line further back.
+        if low > far and any(
+            text.find(a, far, low + len(a) - 1) != -1 for a in _PRIVATE_KEY_ANCHORS
+        ):
+            low = far
+        window = text[low : end + reach]
+        first, last = start - low, end - low
+        found = [(s, e, k, SECRET_MASK) for s, e, k in self.secret_spans(window)]
+        found += [
+            (s, e, "host-path", HOST_PATH_MASK)
+            for s, e in _path_spans(window)
+            if s < first < e or s < last < e
+        ]
+        found.sort(key=lambda span: span[:2])
+        masked: list[tuple[int, int, str]] = []
+        for begin, stop, kind, mask in found:
+            if stop <= first or begin >= last:
+                continue
+            counts[kind] += 1
+            begin, stop = max(begin, first), min(stop, last)
+            if masked and begin <= masked[-1][1]:  # overlapping or adjacent: one mask
+                before, until, shown = masked[-1]
+                strongest = SECRET_MASK if SECRET_MASK in (shown, mask) else mask
+                masked[-1] = (before, max(until, stop), strongest)
+            else:
+                masked.append((begin, stop, mask))
+        pieces: list[str] = []
+        done = first
+        for begin, stop, mask in masked:
+            pieces += [window[done:begin], mask]
+            done = stop
+        pieces.append(window[done:last])
+        return "".join(pieces)
+
     def _mask_known(self, text: str, counts: Counter[str]) -> str:
         for form in self._variants:
             if form in text:
@@ -466,6 +535,10 @@ class Redactor:
         return text
 
     def _mask_paths(self, text: str, counts: Counter[str]) -> str:
+        # memchr finds that a text holds no backslash; where one is, sre skips to the
+        # next at that speed too ('"\\/" in text' would stop at every "/").
+        if "\\" in text:
+            text = _ESCAPED_PATH.sub(lambda run: self._mask_escaped(run.group(), counts), text)
         # Fixed replacement strings (no callback) keep this fast on path-heavy logs.
         workspace = self.workspace
         if workspace in text:
@@ -495,8 +568,29 @@ class Redactor:
             text = _apply(text, spans, counts, HOST_PATH_MASK)
         return text
 
+    def _mask_escaped(self, run: str, counts: Counter[str]) -> str:
+        """A path written with escaped slashes, masked as written plainly, escaped again
+        (a workspace path stays valid JSON: ``src\\/app.py``)."""
+        return self._mask_paths(run.replace("\\/", "/"), counts).replace("/", "\\/")
+
 
 _ONE_SEGMENT: Final = re.compile(r"/[\w.@+-]+/?")
+_CLIP_REACH: Final = 2 * _WINDOW
+"""Characters searched on each side of a clipped range: more than a rule's match and
+the context it looks back on reach."""
+_KEY_REACH: Final = 16 * 1024
+"""How far before a clipped range a private key's BEGIN line is looked for: its block
+runs some 12 KiB to its END line."""
+
+
+def _path_spans(text: str) -> list[tuple[int, int]]:
+    """Where ``text`` holds host paths, plain, with escaped slashes, or Windows'."""
+    spans = [m.span() for m in _HOST_PATH.finditer(text)]
+    if "\\" in text:
+        spans += [m.span() for m in _ESCAPED_PATH.finditer(text)]
+        # The Windows pattern starts at the colon; the span takes in the drive letter.
+        spans += [(m.start() - 1, m.end()) for m in _WINDOWS_PATH.finditer(text)]
+    return spans
 
 
 def _home() -> str:
@@ -519,8 +613,17 @@ def _has_drive_anchor(text: str) -> bool:
 
 
 def _encoded_forms(value: str) -> set[str]:
-    """``value`` as it may appear in output: plain, URL-encoded, base64 (any offset)."""
+    """``value`` as it may appear in output: plain, URL-encoded, base64 (any offset), and
+    inside a string literal as JSON (``json.dumps``, jq; PHP also escapes "/") or a
+    Python repr (a printed dict, an assertion message) writes it."""
     forms = {value, urllib.parse.quote(value, safe=""), urllib.parse.quote_plus(value)}
+    as_json = json.dumps(value)[1:-1]
+    forms |= {
+        as_json,
+        as_json.replace("/", "\\/"),
+        json.dumps(value, ensure_ascii=False)[1:-1],
+        repr(value)[1:-1],
+    }
     raw = value.encode()
     for offset in range(3):
         encoded = base64.b64encode(b"\0" * offset + raw).decode()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import string
 from collections import Counter
 from pathlib import Path
@@ -120,6 +121,30 @@ def test_a_planted_password_assignment_never_survives(prefix, assignment, suffix
     text = f"{prefix}\n{key}{binder}{value}\n{suffix}"
     assert value not in redact(text)
     assert value not in streamed(text, sizes)
+
+
+LITERALS = st.sampled_from(
+    [
+        json.dumps,
+        lambda v: json.dumps(v, ensure_ascii=False),
+        lambda v: json.dumps(v).replace("/", "\\/"),
+        repr,
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    secret=st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=4),
+    literal=LITERALS,
+    around=st.sampled_from(["{0}", "value: {0} end", "{{'k': {0}}}", "[{0}, {0}]"]),
+)
+def test_a_known_secret_never_survives_as_a_string_literal_writes_it(secret, literal, around):
+    """A secret the runtime hands out, with whatever quotes, backslashes, control or
+    non-ASCII characters it holds, printed as JSON or a Python repr writes it."""
+    written = literal(secret)
+    out = Redactor(WORKSPACE, secrets=[secret]).redact_text(around.format(written), Counter())
+    assert written not in out
 
 
 _NAME_WORD = st.text(alphabet=string.ascii_letters, min_size=4, max_size=8)

@@ -122,6 +122,27 @@ def test_known_secret_is_masked_plain_url_encoded_and_base64(tmp_path):
     assert counts["known-secret"] >= 2
 
 
+@pytest.mark.parametrize(
+    "printed",
+    [
+        pytest.param(lambda v: json.dumps({"db_pw": v}), id="json.dumps"),
+        pytest.param(lambda v: json.dumps({"db_pw": v}, ensure_ascii=False), id="utf-8 json"),
+        pytest.param(lambda v: json.dumps(v).replace("/", "\\/"), id="php json_encode"),
+        pytest.param(lambda v: repr({"note": v}), id="python repr"),
+    ],
+)
+def test_a_known_secret_is_masked_as_a_string_literal_escapes_it(tmp_path, printed):
+    """``[sandbox] secret_env`` values are handed to commands, which print them as JSON
+    (``jq``, ``kubectl -o json``) or as a Python repr (a dict, an assertion message):
+    a quote, a backslash, a "/" or a non-ASCII letter in the value is escaped there."""
+    secret = 'Zq"9!xT\\4m/W-ké8'
+    out, counts = redacted(Redactor(tmp_path, secrets=[secret]), printed(secret))
+    assert "Zq" not in out
+    assert "ké8" not in out
+    assert "k\\u00e98" not in out
+    assert counts == Counter({"known-secret": 1})
+
+
 def test_known_secret_added_later_is_masked(tmp_path):
     redactor = Redactor(tmp_path)
     redactor.add_secret("injected-value-42")

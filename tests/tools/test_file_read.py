@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from toolkernel.codes import ErrorCode, Status
+from toolkernel.redaction import SECRET_MASK
 from toolkernel.testing import make_kernel
 from toolkernel.tools import install
 
@@ -122,3 +123,23 @@ async def test_a_name_too_long_for_the_file_system_says_so(kernel):
     result = await read(kernel, path="src/" + "n" * 300 + ".txt")
     assert (result.status, result.error_code) == (Status.FAILED, ErrorCode.NOT_FOUND)
     assert "too long" in result.safe_message
+
+
+PASSWORD = "S3cr3t-P4ss-2024-Vx9-long-passphrase"
+TOKEN = "ghp_" + "R8kT3mZq9XwL2vN7pB4sY6dF1hJ0cE5aG8uK"
+
+
+async def test_a_line_cut_at_max_bytes_shows_nothing_of_a_secret_across_the_cut(kernel, ws):
+    """One line longer than maxBytes comes back cut before the kernel redacts it: swept
+    through a value, the cut showed 31 of a password's 36 characters."""
+    line = f'{{"db":{{"host":"db.internal","password":"{PASSWORD}"}},"gh":{{"token":"{TOKEN}"}}}}'
+    (ws / "settings.json").write_text(line + "\n")
+    for secret in (PASSWORD, TOKEN):
+        at = line.index(secret)
+        for cut in range(at + 1, at + len(secret)):
+            result = await read(kernel, path="settings.json", maxBytes=cut)
+            content = result.structured_output["content"]
+            assert result.structured_output["truncated"] is True
+            assert content.startswith('{"db":{"host":"db.internal","password":')
+            assert not any(secret[i : i + 6] in content for i in range(len(secret) - 5)), content
+            assert len(content.encode()) <= cut + len(SECRET_MASK)

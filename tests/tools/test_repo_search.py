@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.errors import ToolFailed
+from toolkernel.redaction import SECRET_MASK, Redactor
 from toolkernel.testing import make_kernel
 from toolkernel.tools import Sandbox, install
+from toolkernel.tools.search import PREVIEW_CHARS
 
 pytestmark = pytest.mark.anyio
 
@@ -269,7 +271,14 @@ def test_output_the_cap_cut_before_ripgreps_summary_is_counted_not_guessed(tmp_p
     store = ArtifactStore(tmp_path)
     ref = store.put(stored, media_type="application/x-ndjson", producer="call_1")
     found = _collect(
-        store, ref, len(stored), [], forbidden=lambda _: False, keep=2, producer="call_1"
+        store,
+        ref,
+        len(stored),
+        [],
+        forbidden=lambda _: False,
+        keep=2,
+        producer="call_1",
+        redactor=Redactor(tmp_path),
     )
     assert (len(found.matches), found.total, found.files) == (2, 6, 2)
 
@@ -290,7 +299,14 @@ def test_a_match_line_the_cap_cut_short_is_counted_not_read(tmp_path):
     store = ArtifactStore(tmp_path)
     ref = store.put(stored, media_type="application/x-ndjson", producer="call_1")
     found = _collect(
-        store, ref, len(stored), [], forbidden=lambda _: False, keep=50, producer="call_1"
+        store,
+        ref,
+        len(stored),
+        [],
+        forbidden=lambda _: False,
+        keep=50,
+        producer="call_1",
+        redactor=Redactor(tmp_path),
     )
     assert [m["path"] for m in found.matches] == ["small.txt"]
     assert (found.total, found.files) == (2, 2)
@@ -310,3 +326,29 @@ async def test_a_file_with_a_line_past_the_output_cap_does_not_fail_the_search(t
     # Which file ripgrep reaches first varies; what matters is an answer, marked cut.
     assert result.status in (Status.SUCCEEDED, Status.PARTIAL), result.safe_message
     assert result.structured_output["truncated"] is True
+
+
+TOKEN = "ghp_" + "R8kT3mZq9XwL2vN7pB4sY6dF1hJ0cE5aG8uK"
+PASSWORD = "S3cr3t-P4ss-2024-Vx9"
+
+
+async def test_a_preview_cut_from_a_long_line_shows_nothing_of_a_secret_at_its_edges(kernel, ws):
+    """A line longer than the preview is cut around the match before the kernel redacts
+    the preview: a token across the cut, or a password whose keyword the cut took off,
+    was shown in part (30 of a token's 40 characters)."""
+    filler = ",".join(f'"k{i}":"v{i}"' for i in range(30))
+    lines = []
+    for gap in range(0, 200, 5):
+        pad = "x" * gap
+        lines.append(f'{{{filler},"password":"{PASSWORD}","p":"{pad}","MARK_b{gap}":1,{filler}}}')
+        lines.append(f'{{{filler},"MARK_a{gap}":1,"p":"{pad}","token":"{TOKEN}",{filler}}}')
+    (ws / "src" / "settings.json").write_text("\n".join(lines) + "\n")
+    result = await search(kernel, query="MARK_", maxResults=200)
+    assert result.status is Status.SUCCEEDED, result.safe_message
+    previews = [m["preview"] for m in result.structured_output["matches"]]
+    assert len(previews) == len(lines)
+    for secret in (PASSWORD, TOKEN):
+        pieces = {secret[i : i + 6] for i in range(len(secret) - 5)}
+        assert not [p for p in previews if any(piece in p for piece in pieces)], secret
+    assert any(SECRET_MASK in p for p in previews)
+    assert all(len(p) <= PREVIEW_CHARS + 2 * len(SECRET_MASK) + 2 for p in previews)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from toolkernel.calls import ToolCallResult
 from toolkernel.codes import ErrorCode, Status
+from toolkernel.redaction import SECRET_MASK, Redactor
 from toolkernel.sandbox import SandboxLimits
 from toolkernel.testing import make_kernel
 from toolkernel.tools import SandboxSettings, install
@@ -125,6 +127,54 @@ def test_pytest_text_parsing_finds_failures_and_locations(tmp_path):
     first, second = report.entries
     assert (first.file, first.line, first.message) == ("tests/test_a.py", 12, "assert 1 == 2")
     assert (second.kind, second.file) == ("error", "tests/test_b.py")
+
+
+PASSWORD = "S3cr3t-P4ss-2024-Vx9-long"
+KNOWN = "injected-known-value-9"
+
+
+def failing(pad: int) -> tuple[str, bytes]:
+    """pytest's text and a JUnit report of a failure whose message holds a password and
+    a known secret, the first ``pad`` characters on, around where messages are cut."""
+    message = f"bad config: {{'opts': '{'x' * pad}', 'password': '{PASSWORD}', 'k': '{KNOWN}'}}"
+    text = f"FAILED tests/test_cfg.py::test_dsn - {message}\n1 failed in 0.1s\n"
+    junit = (
+        '<testsuite tests="1" failures="1" errors="0" skipped="0">'
+        '<testcase classname="tests.test_cfg" name="test_dsn">'
+        f'<failure message="{message}">boom</failure></testcase></testsuite>'
+    )
+    return text, junit.encode()
+
+
+def messages(text: str, junit: bytes, workspace: Path, **redactor: Redactor) -> list[str]:
+    report = parse_junit(junit, workspace, **redactor)
+    assert report is not None
+    return [
+        report.entries[0].message,
+        parse_pytest_text(text, workspace, **redactor).entries[0].message,
+    ]
+
+
+def shows_a_piece(shown: str, secret: str) -> bool:
+    return any(secret[i : i + 6] in shown for i in range(len(secret) - 5))
+
+
+@pytest.mark.parametrize("pad", range(230, 300, 3))
+def test_a_message_cut_short_shows_nothing_of_a_password_across_the_cut(tmp_path, pad):
+    """Messages were cut before the kernel redacted them: 22 of a password's 25
+    characters came through once the cut had left its quote unclosed."""
+    for message in messages(*failing(pad), tmp_path):
+        assert len(message) < 300 + len(SECRET_MASK)
+        shown = Redactor(tmp_path).redact_text(message, Counter())
+        assert not shows_a_piece(shown, PASSWORD), shown
+
+
+@pytest.mark.parametrize("pad", range(250, 300, 4))
+def test_a_message_cut_short_shows_nothing_of_a_known_secret_across_the_cut(tmp_path, pad):
+    redactor = Redactor(tmp_path, secrets=[KNOWN])
+    for message in messages(*failing(pad), tmp_path, redactor=redactor):
+        shown = redactor.redact_text(message, Counter())
+        assert not shows_a_piece(shown, KNOWN), shown
 
 
 # A conftest.py the model could write: it tries to swap the JUnit report for something

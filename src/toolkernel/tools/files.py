@@ -8,8 +8,10 @@ read-only concurrency group, and the policy of its mode.
 
 The whole file is streamed once (bounded memory) to compute ``sha256`` — the
 ``baseHash`` that ``file.patch`` expects — and to count its lines; only the requested
-range, cut at ``maxBytes``, is kept. A file whose first 8 KiB hold a NUL byte is
-binary (git's rule): it is described by media type, size and hash, never dumped.
+range, cut at ``maxBytes``, is kept. A line longer than ``maxBytes`` on its own is cut
+with ``Redactor.clip``: a secret the cut goes through, or whose keyword is before the
+range, is masked whole. A file whose first 8 KiB hold a NUL byte is binary (git's
+rule): it is described by media type, size and hash, never dumped.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import errno
 import hashlib
 import mimetypes
 import os
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, Final, Literal
 
@@ -30,6 +33,7 @@ from toolkernel.definition import ConcurrencyGroup, ExecutionMode, Permissions
 from toolkernel.dispatch import ToolOutput
 from toolkernel.errors import ToolFailed
 from toolkernel.functions import WorkspacePath, tool
+from toolkernel.redaction import Redactor
 from toolkernel.tools.workspace_io import HASH_PREFIX, locate, open_dir, open_file
 from toolkernel.validation import Violation
 
@@ -79,6 +83,7 @@ async def file_read(
             code=violation.code,
         )
     target = locate(ctx, path, tool=_NAME)
+    assert ctx.kernel is not None  # locate refuses a call without one
     try:
         with open_dir(target) as dir_fd:
             fd = open_file(dir_fd, target.name)
@@ -99,7 +104,16 @@ async def file_read(
         binary = encoding not in ("utf-16",) and b"\0" in head
         if binary:
             return _describe_binary(target.relative, head, handle)
-        return _read_text(target.relative, head, handle, startLine, endLine, maxBytes, encoding)
+        return _read_text(
+            target.relative,
+            head,
+            handle,
+            startLine,
+            endLine,
+            maxBytes,
+            encoding,
+            redactor=ctx.kernel.redactor,
+        )
 
 
 def check_file_read(arguments: Mapping[str, Any]) -> Violation | None:
@@ -168,6 +182,8 @@ def _read_text(
     end: int | None,
     max_bytes: int,
     encoding: str,
+    *,
+    redactor: Redactor,
 ) -> ToolOutput:
     digest = hashlib.sha256()
     line_no = 0
@@ -182,7 +198,7 @@ def _read_text(
         if kept_bytes + len(encoded) > max_bytes:
             truncated = True
             if not kept:  # one line longer than the cap: its beginning, not nothing
-                kept.append(encoded[:max_bytes].decode("utf-8", errors="ignore"))
+                kept.append(_beginning(line, encoded, max_bytes, redactor))
                 last_line = line_no
             continue
         kept.append(line)
@@ -212,6 +228,17 @@ def _read_text(
     else:
         summary = f"Read lines {start}-{last_line} of {relative} ({total_lines} lines)."
     return ToolOutput(data, summary)
+
+
+def _beginning(line: str, encoded: bytes, max_bytes: int, redactor: Redactor) -> str:
+    """The first ``max_bytes`` of ``line`` (UTF-8 ``encoded``), no character split, and
+    every secret that reaches into them masked.
+
+    A mask longer than the piece of secret it hides can take the text a few bytes past
+    the cap; the counts are dropped, since a tool cannot add to its result's notices.
+    """
+    chars = len(encoded[:max_bytes].decode("utf-8", errors="ignore"))
+    return redactor.clip(line, 0, chars, Counter())
 
 
 def _unreadable(relative: str, exc: OSError) -> str:

@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -44,12 +45,15 @@ from toolkernel.definition import ConcurrencyGroup, ExecutionMode, Permissions
 from toolkernel.dispatch import ToolOutput
 from toolkernel.errors import ToolFailed
 from toolkernel.functions import NO_NUL, tool
+from toolkernel.redaction import Redactor
 from toolkernel.tools.adapter import CommandResult, sandbox_for
 
 __all__ = ["find_rg", "repo_search", "rg_argv"]
 
 PREVIEW_CHARS: Final = 200
-"""Longest line preview; longer lines are cut around the first match."""
+"""Longest line preview; longer lines are cut around the first match, with
+``Redactor.clip``: a secret the cut goes through, or whose keyword it cuts off, is
+masked whole (the kernel's redaction sees only the preview)."""
 
 _NAME: Final = "repo.search"
 _ARTIFACT: Final = "repo.search matches (rg --json)"
@@ -124,6 +128,7 @@ async def repo_search(
     ):
         raise _rg_failed(result)
     guard = ctx.kernel.guard if ctx.kernel else None
+    redactor = ctx.kernel.redactor if ctx.kernel else Redactor(sandbox.workspace)
     found = await anyio.to_thread.run_sync(
         partial(
             _collect,
@@ -134,6 +139,7 @@ async def repo_search(
             forbidden=guard.is_forbidden if guard is not None else lambda _: False,
             keep=maxResults + 1,
             producer=ctx.tool_call_id,
+            redactor=redactor,
         )
     )
     truncated = len(found.matches) > maxResults or result.output_truncated
@@ -210,6 +216,7 @@ def _collect(
     forbidden: Callable[[str], bool],
     keep: int,
     producer: str,
+    redactor: Redactor,
 ) -> _Found:
     """What ripgrep found outside forbidden paths; blocking I/O.
 
@@ -222,10 +229,12 @@ def _collect(
         return _Found([], 0, 0, None)
     if not any(_forbidden_begin(line, forbidden) for line in suspects):
         with store.open(source.id) as handle:
-            matches = list(itertools.islice(_matches(handle), keep))
+            matches = list(itertools.islice(_matches(handle, redactor), keep))
             stats = _summary(handle, size) or _counted(handle)  # cut by the cap: count
         return _Found(matches, stats["matched_lines"], stats["searches_with_match"], source)
-    return _filter(store, source, forbidden=forbidden, keep=keep, producer=producer)
+    return _filter(
+        store, source, forbidden=forbidden, keep=keep, producer=producer, redactor=redactor
+    )
 
 
 class _BeginScanner:
@@ -295,12 +304,12 @@ def _forbidden_begin(line: bytes, forbidden: Callable[[str], bool]) -> bool:
     return message is None or forbidden(message[1])  # cannot tell: filter
 
 
-def _matches(handle: BinaryIO) -> Iterator[dict[str, Any]]:
+def _matches(handle: BinaryIO, redactor: Redactor) -> Iterator[dict[str, Any]]:
     for raw in handle:
         # A line without its newline is the one the output cap cut short (a file with
         # one enormous line): it is counted, not read.
         if raw.startswith(b'{"type":"match"') and raw.endswith(b"\n"):
-            yield _match(json.loads(raw)["data"])
+            yield _match(json.loads(raw)["data"], redactor)
 
 
 def _counted(handle: BinaryIO) -> dict[str, int]:
@@ -334,6 +343,7 @@ def _filter(
     forbidden: Callable[[str], bool],
     keep: int,
     producer: str,
+    redactor: Redactor,
 ) -> _Found:
     """ripgrep's messages about allowed paths, as an artifact, counted; blocking I/O."""
     if source is None:
@@ -360,7 +370,7 @@ def _filter(
                 continue
             if kind == "match":
                 if len(matches) < keep:
-                    matches.append(_match(json.loads(raw)["data"]))
+                    matches.append(_match(json.loads(raw)["data"], redactor))
                 total += 1
                 files.add(path)
             out.write(raw)
@@ -384,7 +394,7 @@ def _kind_and_path(raw: bytes) -> tuple[str, str] | None:
     return head[1].decode(), _text(field).removeprefix("./")
 
 
-def _match(data: dict[str, Any]) -> dict[str, Any]:
+def _match(data: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
     path = _text(data["path"]).removeprefix("./")
     line = _text(data["lines"]).rstrip("\r\n")
     submatches = data.get("submatches") or []
@@ -401,7 +411,7 @@ def _match(data: dict[str, Any]) -> dict[str, Any]:
         "path": path,
         "line": data["line_number"],
         "column": start + 1,
-        "preview": _preview(line, start),
+        "preview": _preview(line, start, redactor),
     }
 
 
@@ -415,12 +425,14 @@ def _text(field: dict[str, Any]) -> str:
     return base64.b64decode(field.get("bytes", "")).decode("utf-8", errors="replace")
 
 
-def _preview(line: str, column: int) -> str:
+def _preview(line: str, column: int, redactor: Redactor) -> str:
     if len(line) <= PREVIEW_CHARS:
         return line
     start = max(0, min(column - PREVIEW_CHARS // 4, len(line) - PREVIEW_CHARS))
-    cut = line[start : start + PREVIEW_CHARS]
-    return ("…" if start else "") + cut + ("…" if start + PREVIEW_CHARS < len(line) else "")
+    end = start + PREVIEW_CHARS
+    # Its counts are dropped: a tool cannot add to its result's redaction notices.
+    cut = redactor.clip(line, start, end, Counter())
+    return ("…" if start else "") + cut + ("…" if end < len(line) else "")
 
 
 def _summary_text(query: str, total: int, files: int, shown: int, truncated: bool) -> str:

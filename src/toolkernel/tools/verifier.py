@@ -28,7 +28,7 @@ import shutil
 import tempfile
 import xml.etree.ElementTree as ET
 from collections import Counter
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -45,6 +45,7 @@ from toolkernel.definition import ConcurrencyGroup, ExecutionMode, Permissions
 from toolkernel.dispatch import ToolOutput
 from toolkernel.errors import ToolFailed
 from toolkernel.functions import WorkspacePath, tool
+from toolkernel.redaction import Redactor
 from toolkernel.tools.adapter import CommandResult, Sandbox, sandbox_for
 from toolkernel.tools.workspace_io import locate
 
@@ -143,6 +144,7 @@ async def verifier_run(
             await anyio.to_thread.run_sync(partial(shutil.rmtree, report_dir, ignore_errors=True))
     report_ref = None
     report = None
+    redactor = ctx.kernel.redactor if ctx.kernel else None  # sandbox_for saw to one
     if junit is not None:
         report_ref = sandbox.artifacts.put(
             junit,
@@ -150,9 +152,9 @@ async def verifier_run(
             description="JUnit report",
             producer=ctx.tool_call_id,
         )
-        report = parse_junit(junit, ctx.workspace)
+        report = parse_junit(junit, ctx.workspace, redactor=redactor)
     if report is None:
-        report = _text_report(sandbox, result)
+        report = _text_report(sandbox, result, redactor)
     artifacts = (*result.artifacts, *([report_ref] if report_ref else []))
     unproven = _unproven(report, wants_report=wants_report) if result.exit_code == 0 else None
     data = _output(result, report, artifacts, passed=result.exit_code == 0 and not unproven)
@@ -188,8 +190,15 @@ def _unproven(report: TestReport, *, wants_report: bool) -> str | None:
     return None
 
 
-def parse_junit(data: bytes, workspace: Path) -> TestReport | None:
-    """Counts and failures from a JUnit XML report; ``None`` if it is not one."""
+def parse_junit(
+    data: bytes, workspace: Path, *, redactor: Redactor | None = None
+) -> TestReport | None:
+    """Counts and failures from a JUnit XML report; ``None`` if it is not one.
+
+    A failure's message is cut to a few hundred characters with ``redactor``'s
+    ``clip`` (by default one with no known secrets), so nothing of a secret it cuts
+    through is left.
+    """
     # No DTDs: entity expansion is the one danger of parsing XML. Expat reads bytes in
     # whatever encoding a BOM, a declaration or a "<\0" start says, where a byte search
     # for "<!DOCTYPE" finds nothing; so the report must be UTF-8 (as pytest writes it),
@@ -213,11 +222,12 @@ def parse_junit(data: bytes, workspace: Path) -> TestReport | None:
     if not suites or None in counts:
         return None
     entries: list[ErrorEntry] = []
+    clip = partial(_clip, redactor=redactor or Redactor(workspace))
     for case in root.iter("testcase"):
         for kind in ("failure", "error"):
             problem = case.find(kind)
             if problem is not None:
-                entries.append(_junit_entry(case, problem, kind, workspace))
+                entries.append(_junit_entry(case, problem, kind, workspace, clip))
     tests, failures, errors, skipped = (sum(column) for column in zip(*counts, strict=True))
     return TestReport(tests, failures, errors, skipped, tuple(entries), source="junit")
 
@@ -234,8 +244,14 @@ def _counts(suite: ET.Element) -> tuple[int, int, int, int] | None:
     return tests, failures, errors, skipped
 
 
-def parse_pytest_text(text: str, workspace: Path) -> TestReport:
-    """Failures from pytest's terminal output (its short test summary and tracebacks)."""
+def parse_pytest_text(
+    text: str, workspace: Path, *, redactor: Redactor | None = None
+) -> TestReport:
+    """Failures from pytest's terminal output (its short test summary and tracebacks).
+
+    Messages are cut as ``parse_junit`` cuts them.
+    """
+    clip = partial(_clip, redactor=redactor or Redactor(workspace))
     locations: dict[str, int] = {}
     for match in _LOCATION.finditer(text):
         locations[_relative(match["file"], workspace)] = int(match["line"])
@@ -248,7 +264,7 @@ def parse_pytest_text(text: str, workspace: Path) -> TestReport:
                 file=file,
                 line=locations.get(file),
                 test=node,
-                message=_clip(match["message"] or match["kind"].lower()),
+                message=clip(match["message"] or match["kind"].lower()),
                 kind="failure" if match["kind"] == "FAILED" else "error",
             )
         )
@@ -270,7 +286,13 @@ def parse_pytest_text(text: str, workspace: Path) -> TestReport:
     )
 
 
-def _junit_entry(case: ET.Element, problem: ET.Element, kind: str, workspace: Path) -> ErrorEntry:
+def _junit_entry(
+    case: ET.Element,
+    problem: ET.Element,
+    kind: str,
+    workspace: Path,
+    clip: Callable[[str], str],
+) -> ErrorEntry:
     classname = case.get("classname", "")
     name = case.get("name", "")
     body = problem.text or ""
@@ -289,17 +311,17 @@ def _junit_entry(case: ET.Element, problem: ET.Element, kind: str, workspace: Pa
     message = problem.get("message") or body.strip().splitlines()[-1:] or [kind]
     text = message if isinstance(message, str) else message[0]
     test = f"{file}::{name}" if file else f"{classname}::{name}"
-    return ErrorEntry(file, line, test, _clip(text), kind)
+    return ErrorEntry(file, line, test, clip(text), kind)
 
 
-def _text_report(sandbox: Sandbox, result: CommandResult) -> TestReport:
+def _text_report(sandbox: Sandbox, result: CommandResult, redactor: Redactor | None) -> TestReport:
     """The text parse over the stdout artifact (its first bytes), when JUnit is missing."""
     ref = result.stdout.artifact
     text = ""
     if ref is not None:
         with sandbox.artifacts.open(ref.id) as handle:
             text = handle.read(MAX_REPORT_BYTES).decode("utf-8", errors="replace")
-    return parse_pytest_text(text, sandbox.workspace)
+    return parse_pytest_text(text, sandbox.workspace, redactor=redactor)
 
 
 def _output(
@@ -438,6 +460,10 @@ def _relative(file: str, workspace: Path) -> str:
     return file.removeprefix(prefix).removeprefix("./")
 
 
-def _clip(text: str) -> str:
+def _clip(text: str, *, redactor: Redactor) -> str:
+    """``text`` on one line, cut to `_MESSAGE_CHARS` with ``redactor.clip``; what that
+    masks is not counted (a tool cannot add to its result's redaction notices)."""
     text = " ".join(text.split())
-    return text if len(text) <= _MESSAGE_CHARS else text[: _MESSAGE_CHARS - 1] + "…"
+    if len(text) <= _MESSAGE_CHARS:
+        return text
+    return redactor.clip(text, 0, _MESSAGE_CHARS - 1, Counter()) + "…"
