@@ -51,6 +51,7 @@ __all__ = [
     "TRACE_MASK",
     "Redactor",
     "StreamRedactor",
+    "merged_masks",
 ]
 
 HOST_PATH_MASK: Final = "<host-path>"
@@ -506,22 +507,9 @@ class Redactor:
             for s, e in _path_spans(window)
             if s < first < e or s < last < e
         ]
-        found.sort(key=lambda span: span[:2])
-        masked: list[tuple[int, int, str]] = []
-        for begin, stop, kind, mask in found:
-            if stop <= first or begin >= last:
-                continue
-            counts[kind] += 1
-            begin, stop = max(begin, first), min(stop, last)
-            if masked and begin <= masked[-1][1]:  # overlapping or adjacent: one mask
-                before, until, shown = masked[-1]
-                strongest = SECRET_MASK if SECRET_MASK in (shown, mask) else mask
-                masked[-1] = (before, max(until, stop), strongest)
-            else:
-                masked.append((begin, stop, mask))
         pieces: list[str] = []
         done = first
-        for begin, stop, mask in masked:
+        for begin, stop, mask in merged_masks(found, first, last, counts):
             pieces += [window[done:begin], mask]
             done = stop
         pieces.append(window[done:last])
@@ -572,6 +560,32 @@ class Redactor:
         """A path written with escaped slashes, masked as written plainly, escaped again
         (a workspace path stays valid JSON: ``src\\/app.py``)."""
         return self._mask_paths(run.replace("\\/", "/"), counts).replace("/", "\\/")
+
+
+def merged_masks(
+    spans: Iterable[tuple[int, int, str | None, str]],
+    first: int,
+    last: int,
+    counts: Counter[str],
+) -> list[tuple[int, int, str]]:
+    """The masks to lay over ``[first, last)`` of a text: each ``(start, end, kind,
+    mask)`` span that reaches into it, clamped to it, in order; overlapping or adjacent
+    ones become one (a secret's mask wins over a path's). Each span used is counted in
+    ``counts`` by its kind (a kind of None is not counted)."""
+    masked: list[tuple[int, int, str]] = []
+    for begin, stop, kind, mask in sorted(spans, key=lambda span: span[:2]):
+        if stop <= first or begin >= last:
+            continue
+        if kind is not None:
+            counts[kind] += 1
+        begin, stop = max(begin, first), min(stop, last)
+        if masked and begin <= masked[-1][1]:
+            before, until, shown = masked[-1]
+            strongest = SECRET_MASK if SECRET_MASK in (shown, mask) else mask
+            masked[-1] = (before, max(until, stop), strongest)
+        else:
+            masked.append((begin, stop, mask))
+    return masked
 
 
 _ONE_SEGMENT: Final = re.compile(r"/[\w.@+-]+/?")

@@ -56,6 +56,7 @@ from toolkernel.redaction import (  # the path patterns: a cut path is masked as
     HOST_PATH_MASK,
     SECRET_MASK,
     Redactor,
+    merged_masks,
 )
 from toolkernel.validation import Violation
 
@@ -204,28 +205,13 @@ def _masked(
     in_range = window[first:last].decode("utf-8", errors="surrogateescape")
     own = {(first + b, first + e) for b, e, _ in _byte_spans(in_range, _host_path_spans(in_range))}
     hidden = [span for span in _byte_spans(text, paths) if span[:2] not in own]
-    spans = sorted(
-        [(b, e, k, SECRET_MASK) for b, e, k in _byte_spans(text, secrets)]
-        + [(b, e, k, HOST_PATH_MASK) for b, e, k in hidden],
-        key=lambda span: span[:2],
-    )
+    spans = [(b, e, k, SECRET_MASK) for b, e, k in _byte_spans(text, secrets)] + [
+        (b, e, k, HOST_PATH_MASK) for b, e, k in hidden
+    ]
     withheld: Counter[str] = Counter()
-    masked: list[tuple[int, int, str]] = []
-    for begin, end, kind, mask in spans:
-        if end <= first or begin >= last:
-            continue
-        if kind is not None:
-            withheld[kind] += 1
-        begin, end = max(begin, first), min(end, last)
-        if masked and begin <= masked[-1][1]:  # overlapping or adjacent: one mask
-            before, until, shown = masked[-1]
-            strongest = SECRET_MASK if SECRET_MASK in (shown, mask) else mask
-            masked[-1] = (before, max(until, end), strongest)
-        else:
-            masked.append((begin, end, mask))
     pieces: list[str] = []
     done = first
-    for begin, end, mask in masked:
+    for begin, end, mask in merged_masks(spans, first, last, withheld):
         pieces += [window[done:begin].decode("utf-8", errors="replace"), mask]
         done = end
     pieces.append(window[done:last].decode("utf-8", errors="replace"))
