@@ -4,6 +4,14 @@ Artifacts live under ``<root>/<aa>/<sha256 hex>`` with a JSON sidecar for metada
 (media type, size, producing call). Directories are 0700 and files 0600 from their
 first byte: artifacts hold unredacted output, for audit only.
 
+All but the secrets the runtime knows (``Redactor.add_secret``: a ``[sandbox]
+secret_env`` value, say), masked in every form the store's redactor masks them in. An
+artifact outlives the process that knew them, and ``artifact.read`` in a later one
+(another CLI call, a ``serve`` started from another shell, after the token was
+rotated) would mask only what that process knows. Secrets found by their shape are
+masked when an artifact is read. With no secret known, storing costs nothing more;
+the size and hash of an artifact are always those of the bytes stored.
+
 Three ways in, all with bounded memory except the first:
 
 * ``put(data)`` for output already in memory (a JSON projection that was too big);
@@ -30,6 +38,7 @@ from typing import Any, BinaryIO, Final, Self
 
 from toolkernel.calls import ArtifactRef, timestamp
 from toolkernel.errors import UsageError
+from toolkernel.redaction import SECRET_MASK, Redactor
 
 __all__ = ["ArtifactStore", "ArtifactWriter"]
 
@@ -37,13 +46,23 @@ _PREFIX: Final = "sha256:"
 _CHUNK: Final = 1024 * 1024
 """Bytes read per step while hashing or copying: the memory bound of ingestion."""
 _STAGING: Final = ".incoming"
+_MASK: Final = SECRET_MASK.encode()
+_MASK_BLOCK: Final = 64 * 1024
+"""Bytes gathered before known secrets are masked: small writes cost one append each."""
 
 
 class ArtifactStore:
-    """Stores bytes by their sha256 and reads byte ranges back."""
+    """Stores bytes by their sha256 and reads byte ranges back.
 
-    def __init__(self, root: Path) -> None:
+    Args:
+        root: the store's directory.
+        redactor: whose known secrets are masked in what is stored; ``None`` masks
+            nothing (a store for one kernel should have the kernel's).
+    """
+
+    def __init__(self, root: Path, *, redactor: Redactor | None = None) -> None:
         self.root = root
+        self.redactor = redactor
 
     def put(
         self,
@@ -55,7 +74,8 @@ class ArtifactStore:
     ) -> ArtifactRef:
         """Store ``data`` (idempotent: the same bytes give the same ref)."""
         with self.writer(media_type=media_type, description=description, producer=producer) as w:
-            w.write(data)
+            for start in range(0, len(data), _CHUNK):  # a piece with a secret is copied to mask
+                w.write(data[start : start + _CHUNK])
             return w.commit()
 
     def put_file(
@@ -71,7 +91,8 @@ class ArtifactStore:
 
         Args:
             path: a regular file; with ``move`` it is consumed (renamed into the store
-                when on the same file system, else copied and removed).
+                when on the same file system and free of known secrets, else copied,
+                masked, and removed).
             media_type: the artifact's media type.
             description: what the artifact is, for the model and the audit.
             producer: the tool call that produced it.
@@ -83,7 +104,12 @@ class ArtifactStore:
         if not path.is_file() or path.is_symlink():
             raise UsageError("put_file needs a regular file")
         if move:
-            digest, size = _hash_file(path)
+            hashed = _hash_file(path, self._known_forms())
+            if hashed is None:  # it holds a known secret: stored masked, so copied
+                ref = self._copy_in(path, media_type, description, producer)
+                path.unlink()
+                return ref
+            digest, size = hashed
             target = self._path(digest)
             _ensure_private_dir(target.parent)
             if target.exists():
@@ -108,7 +134,7 @@ class ArtifactStore:
         producer: str | None = None,
     ) -> Iterator[ArtifactWriter]:
         """A streaming writer; ``commit()`` it, or the staged bytes are discarded."""
-        staged = ArtifactWriter(self, media_type, description, producer)
+        staged = ArtifactWriter(self, media_type, description, producer, self._known_forms())
         with staged:
             yield staged
 
@@ -181,16 +207,33 @@ class ArtifactStore:
     def _path(self, digest: str) -> Path:
         return self.root / digest[:2] / digest
 
+    def _known_forms(self) -> tuple[bytes, ...]:
+        """The forms of the secrets known now, longest first, as bytes."""
+        if self.redactor is None:
+            return ()
+        forms = self.redactor.known_forms
+        return tuple(form.encode("utf-8", "surrogateescape") for form in forms)
+
 
 class ArtifactWriter:
-    """Bytes hashed while they are staged; ``commit()`` turns them into an artifact."""
+    """Bytes hashed while they are staged; ``commit()`` turns them into an artifact.
+
+    With known secrets (``forms``), what is written is masked first: ``size`` then
+    counts the bytes staged so far, which lag behind those written by a block.
+    """
 
     def __init__(
-        self, store: ArtifactStore, media_type: str, description: str, producer: str | None
+        self,
+        store: ArtifactStore,
+        media_type: str,
+        description: str,
+        producer: str | None,
+        forms: tuple[bytes, ...] = (),
     ) -> None:
         self._store = store
         self._meta = (media_type, description, producer)
         self._hash = hashlib.sha256()
+        self._masking = _KnownSecrets(forms) if forms else None
         self.size = 0
         staging = store.root / _STAGING
         _ensure_private_dir(staging)
@@ -201,14 +244,18 @@ class ArtifactWriter:
     def write(self, data: bytes) -> None:
         if self._file is None:
             raise UsageError("the artifact writer is closed")
-        self._file.write(data)
-        self._hash.update(data)
-        self.size += len(data)
+        if self._masking is None:
+            self._stage(data)
+            return
+        for ready in self._masking.feed(data):
+            self._stage(ready)
 
     def commit(self) -> ArtifactRef:
         """Close the staging file and move it into the store under its hash."""
         if self._file is None:
             raise UsageError("the artifact writer is closed")
+        if self._masking is not None:
+            self._stage(self._masking.close())
         self._file.close()
         self._file = None
         digest = self._hash.hexdigest()
@@ -219,6 +266,12 @@ class ArtifactWriter:
         else:
             self._path.replace(target)
         return self._store._finish(digest, self.size, *self._meta)
+
+    def _stage(self, data: bytes | memoryview) -> None:
+        assert self._file is not None
+        self._file.write(data)
+        self._hash.update(data)
+        self.size += len(data)
 
     def __enter__(self) -> Self:
         return self
@@ -235,11 +288,74 @@ class ArtifactWriter:
             self._path.unlink(missing_ok=True)
 
 
-def _hash_file(path: Path) -> tuple[str, int]:
+class _KnownSecrets:
+    """Masks the forms of known secrets in bytes that arrive in pieces.
+
+    Small pieces are gathered into blocks; each block is masked whole, less its last
+    bytes: as many as the longest form, less one, and back to the start of a form that
+    runs over the cut. They go with the next block, so a secret that arrives in two
+    pieces is masked as one. A large piece that holds no form, the usual case, is
+    passed on as it is, not copied.
+    """
+
+    def __init__(self, forms: tuple[bytes, ...]) -> None:
+        self._forms = forms  # longest first, as the redactor masks them
+        self._keep = len(forms[0]) - 1
+        self._pending = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes | memoryview]:
+        """Take the next piece; return the masked bytes that are now final, in order."""
+        if len(data) >= _MASK_BLOCK and not self._holds_form(data):
+            ready: list[bytes | memoryview] = [
+                bytes(self._pending),
+                memoryview(data)[: len(data) - self._keep],
+            ]
+            self._pending = bytearray(data[len(data) - self._keep :])
+            return ready
+        self._pending += data
+        if len(self._pending) < _MASK_BLOCK + self._keep:
+            return []
+        block = bytes(self._pending)
+        cut = len(block) - self._keep
+        for form in self._forms:  # a form running over the cut lies whole in the block
+            at = block.find(form, max(0, cut - len(form) + 1), cut + len(form) - 1)
+            if at != -1:
+                cut = min(cut, at)
+        self._pending = bytearray(block[cut:])
+        return [_masked(block[:cut], self._forms)]
+
+    def close(self) -> bytes:
+        """The end: the rest, masked."""
+        ready = bytes(self._pending)
+        self._pending.clear()
+        return _masked(ready, self._forms)
+
+    def _holds_form(self, data: bytes) -> bool:
+        """Whether a form is in what is held, in ``data`` or across the two."""
+        seam = bytes(self._pending[-self._keep :]) + data[: self._keep]
+        return any(form in data or form in self._pending or form in seam for form in self._forms)
+
+
+def _masked(data: bytes, forms: tuple[bytes, ...]) -> bytes:
+    for form in forms:
+        data = data.replace(form, _MASK)
+    return data
+
+
+def _hash_file(path: Path, forms: tuple[bytes, ...] = ()) -> tuple[str, int] | None:
+    """The sha256 and size of the file, or ``None`` once it shows it holds one of
+    ``forms`` (also across the chunks it is read in)."""
     digest = hashlib.sha256()
     size = 0
+    keep = len(forms[0]) - 1 if forms else 0
+    tail = b""
     with path.open("rb") as handle:
         while chunk := handle.read(_CHUNK):
+            if forms:
+                seam = tail + chunk[:keep]
+                if any(form in chunk or form in seam for form in forms):
+                    return None
+                tail = chunk[-keep:]  # forms are 4 bytes at least: keep is never 0
             digest.update(chunk)
             size += len(chunk)
     return digest.hexdigest(), size

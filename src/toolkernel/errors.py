@@ -22,13 +22,15 @@ built around those checks: ``dispatch`` checks them again.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from toolkernel.calls import ArtifactRef
 from toolkernel.codes import ErrorCode
 
 __all__ = [
+    "RESOURCE_SHORTAGES",
     "ConfigError",
     "DefinitionError",
     "LedgerError",
@@ -40,6 +42,11 @@ __all__ = [
     "ToolkernelError",
     "UsageError",
 ]
+
+RESOURCE_SHORTAGES: Final = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN))
+"""``errno`` values of a shortage of the runtime's own that may pass (descriptors,
+memory, processes): a call that failed of one may be repeated. A full disk or a broken
+state directory waits for the user."""
 
 
 class ToolkernelError(Exception):

@@ -317,6 +317,12 @@ class Redactor:
         """Length of the longest known secret form (streams must carry this much)."""
         return max((len(v) for v in self._variants), default=0)
 
+    @property
+    def known_forms(self) -> tuple[str, ...]:
+        """Every form of the known secrets that is masked (plain, encoded, escaped),
+        longest first: for a store that masks them in what it keeps."""
+        return tuple(self._variants)
+
     def add_secret(self, value: str) -> None:
         """Mask ``value`` from now on (for secrets the runtime itself hands to tools).
 

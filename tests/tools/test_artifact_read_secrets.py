@@ -8,11 +8,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from secret_strategies import mixed
+from toolkernel.artifacts import ArtifactStore
+from toolkernel.calls import ArtifactRef
 from toolkernel.codes import Status
 from toolkernel.kernel import Kernel
 from toolkernel.redaction import HOST_PATH_MASK, SECRET_MASK
@@ -38,6 +41,12 @@ def artifact_kernel(root: Path) -> Iterator[Kernel]:
         kernel.close()
 
 
+def stored_unmasked(kernel: Kernel, data: bytes, **fields: Any) -> ArtifactRef:
+    """``data`` stored as an artifact made before the kernel knew its secrets (the
+    kernel's own store masks them on the way in): artifact.read masks them on reading."""
+    return ArtifactStore(kernel.artifacts.root).put(data, **fields)
+
+
 def read(kernel: Kernel, artifact_id: str, **bounds: int) -> dict[str, object]:
     result = kernel.call_sync(
         kernel.start_run(), "artifact.read", {"artifactId": artifact_id, **bounds}
@@ -61,7 +70,7 @@ def test_a_token_split_across_two_byte_ranges_is_withheld_from_both(tmp_path):
     data = ("\n".join(f"line {i}" for i in range(3000)) + f'\ntoken {TOKEN}"]}}').encode()
     cut = data.index(TOKEN.encode()) + 20
     with artifact_kernel(tmp_path) as kernel:
-        ref = kernel.artifacts.put(data, media_type="application/json")
+        ref = stored_unmasked(kernel, data, media_type="application/json")
         first = read(kernel, ref.id, startByte=cut - 40, endByte=cut)
         second = read(kernel, ref.id, startByte=cut, endByte=len(data))
     contents = [str(first["content"]), str(second["content"])]
@@ -76,7 +85,7 @@ def test_a_value_read_without_its_keyword_is_still_withheld(tmp_path):
     value = "Sup3rS3cretV4lu3x"
     data = f"config loaded\npassword = {value}\nready\n".encode()
     with artifact_kernel(tmp_path) as kernel:
-        ref = kernel.artifacts.put(data)
+        ref = stored_unmasked(kernel, data)
         out = read(kernel, ref.id, startByte=data.index(value.encode()))
     assert out["content"] == f"{SECRET_MASK}\nready\n"
     assert out["withheld"] == {"password-assignment": 1}
@@ -85,7 +94,7 @@ def test_a_value_read_without_its_keyword_is_still_withheld(tmp_path):
 def test_a_line_cut_short_by_max_bytes_does_not_show_the_start_of_a_token(tmp_path):
     data = f"first\nexport GITHUB={TOKEN} # set\nlast\n".encode()
     with artifact_kernel(tmp_path) as kernel:
-        ref = kernel.artifacts.put(data)
+        ref = stored_unmasked(kernel, data)
         out = read(kernel, ref.id, startLine=2, maxBytes=30)
     assert out["content"] == f"export GITHUB={SECRET_MASK}"
     assert out["nextLine"] == 3
@@ -96,7 +105,7 @@ def test_offsets_stay_exact_around_multibyte_text(tmp_path):
     data = text.encode()
     at = data.index(KNOWN.encode())
     with artifact_kernel(tmp_path) as kernel:
-        ref = kernel.artifacts.put(data)
+        ref = stored_unmasked(kernel, data)
         before = read(kernel, ref.id, endByte=at + 5)
         after = read(kernel, ref.id, startByte=at + 5)
         whole = read(kernel, ref.id)
@@ -163,7 +172,7 @@ def test_no_split_of_a_text_into_ranges_shows_a_planted_secret_in_part(tmp_path)
         @given(planted_texts(), st.data())
         def check(planted: tuple[bytes, list[str]], data: st.DataObject) -> None:
             text, secrets = planted
-            ref = kernel.artifacts.put(text)
+            ref = stored_unmasked(kernel, text)
             points = data.draw(cuts(len(text)))
             contents = [
                 str(read(kernel, ref.id, startByte=start, endByte=end)["content"])
@@ -187,7 +196,7 @@ def test_ranges_of_a_text_without_secrets_come_back_exactly(tmp_path):
         )
         def check(text: str, data: st.DataObject) -> None:
             encoded = text.encode()
-            ref = kernel.artifacts.put(encoded)
+            ref = stored_unmasked(kernel, encoded)
             points = data.draw(cuts(len(encoded)))
             pieces = [
                 read(kernel, ref.id, startByte=start, endByte=end)
@@ -208,7 +217,7 @@ def test_a_host_path_cut_by_a_byte_range_is_masked_not_shown_in_part(tmp_path):
     data = f"Traceback hint: error in {HOST_PATH} line 3\n".encode()
     at = data.index(HOST_PATH.encode())
     with artifact_kernel(tmp_path) as kernel:
-        ref = kernel.artifacts.put(data)
+        ref = stored_unmasked(kernel, data)
         whole = read(kernel, ref.id)
         starts_inside = read(kernel, ref.id, startByte=at + 1)
         ends_inside = read(kernel, ref.id, endByte=at + 9)
@@ -223,7 +232,7 @@ def test_a_workspace_path_is_shown_relative_whole_and_masked_when_cut(tmp_path):
         inside = f"{kernel.config.workspace}/src/app.py"
         data = f"see {inside}:3\n".encode()
         at = data.index(inside.encode())
-        ref = kernel.artifacts.put(data)
+        ref = stored_unmasked(kernel, data)
         whole = read(kernel, ref.id)
         cut = read(kernel, ref.id, startByte=at + 2)
     assert whole["content"] == "see src/app.py:3\n"
@@ -264,7 +273,7 @@ def test_no_range_shows_part_of_a_host_path_or_a_secret(tmp_path):
         @given(texts_with_a_path_and_a_secret(), st.data())
         def check(planted: tuple[bytes, str, str], data: st.DataObject) -> None:
             text, path, secret = planted
-            ref = kernel.artifacts.put(text)
+            ref = stored_unmasked(kernel, text)
             points = data.draw(cuts(len(text)))
             contents = [
                 str(read(kernel, ref.id, startByte=start, endByte=end)["content"])
@@ -282,7 +291,7 @@ def test_no_range_shows_part_of_a_host_path_or_a_secret(tmp_path):
 
 def test_a_start_far_past_the_end_reads_as_the_end(tmp_path):
     with artifact_kernel(tmp_path) as kernel:
-        ref = kernel.artifacts.put(b"short artifact\n")
+        ref = stored_unmasked(kernel, b"short artifact\n")
         outs = [read(kernel, ref.id, startByte=start) for start in (2**63 - 1, 10**30)]
     for out, start in zip(outs, (2**63 - 1, 10**30), strict=True):
         assert (out["startByte"], out["endByte"], out["eof"]) == (start, start, True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 from pathlib import Path
@@ -143,3 +144,20 @@ async def test_a_line_cut_at_max_bytes_shows_nothing_of_a_secret_across_the_cut(
             assert content.startswith('{"db":{"host":"db.internal","password":')
             assert not any(secret[i : i + 6] in content for i in range(len(secret) - 5)), content
             assert len(content.encode()) <= cut + len(SECRET_MASK)
+
+
+async def test_running_out_of_descriptors_is_the_runtimes_retryable_failure(
+    kernel, monkeypatch, caplog
+):
+    """Not the file's: 'is not a regular file that can be read', NOT_FOUND, for a file
+    that is there, told the model to look elsewhere."""
+
+    def exhausted(*_args: object, **_kwargs: object) -> int:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr("toolkernel.tools.files.open_file", exhausted)
+    result = await read(kernel, path="src/lines.txt")
+
+    assert (result.status, result.error_code) == (Status.FAILED, ErrorCode.INTERNAL_ERROR)
+    assert result.retryable is True
+    assert "Too many open files" in caplog.text

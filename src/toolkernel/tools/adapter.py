@@ -6,8 +6,11 @@ returns a `Sandbox` bound to the call: its ``run(argv)`` starts the command unde
 bubblewrap with the mode's view of the workspace (read-only for SANDBOX_READ_ONLY,
 writable otherwise), network only when the policy grants it to this tool, an
 environment allow-list, and the configured limits. The output streams to files in the
-artifact store's staging area and becomes two artifacts (stdout, stderr); the handler
-gets a `CommandResult` with exit status, bounded head and tail, and the refs.
+artifact store's staging area and becomes two artifacts (stdout, stderr), the kernel's
+known secrets masked in them; the handler gets a `CommandResult` with exit status,
+bounded head and tail, and the refs. An OSError of the runtime's own on the way (out
+of file descriptors, its state directory unusable) fails the call with INTERNAL_ERROR,
+retryable when the shortage may pass; the operator's log says what failed.
 
 Deadlines. The kernel wraps each attempt in ``fail_after(timeoutMs)``; a process
 killed by that scope would lose its courtesy SIGTERM and its result. So a command's
@@ -32,6 +35,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -49,8 +53,9 @@ from toolkernel.config import CONFIG_FILENAME, Config
 from toolkernel.context import ToolContext
 from toolkernel.definition import ExecutionMode, Permissions, ToolDefinition
 from toolkernel.dispatch import Adapter, Invocation, NativeAdapter
-from toolkernel.errors import SandboxUnavailable, ToolFailed
+from toolkernel.errors import RESOURCE_SHORTAGES, SandboxUnavailable, ToolFailed
 from toolkernel.policy import Action
+from toolkernel.redaction import Redactor
 from toolkernel.sandbox import (
     TERM_GRACE_S,
     OutputCallback,
@@ -296,7 +301,14 @@ class Sandbox:
         self.writable = self.mode is not ExecutionMode.SANDBOX_READ_ONLY
         self.network = _network_allowed(ctx, definition)
         self.sandboxed = adapter.sandboxed
-        self.artifacts: ArtifactStore = ctx.kernel.artifacts
+        store = ctx.kernel.artifacts
+        # The output kept here outlives this process and what it knows: the store masks
+        # the kernel's known secrets in it, even if the kernel did not give it them.
+        self.artifacts = (
+            store
+            if store.redactor is ctx.kernel.redactor
+            else ArtifactStore(store.root, redactor=ctx.kernel.redactor)
+        )
         self.settings = adapter.settings
         self._env = {
             **adapter._base_env,
@@ -355,19 +367,27 @@ class Sandbox:
             raise ToolFailed(self._timeout_message(timeout_s), code=ErrorCode.TIMEOUT)
         kernel = self._ctx.kernel
         assert kernel is not None
-        views: dict[str, tuple[Path, ...]] = {"read_only": (), "policy": ()}
-
-        async def view(key: str, listing: Callable[[], tuple[Path, ...]]) -> None:
-            views[key] = await anyio.to_thread.run_sync(listing)
-
-        async with anyio.create_task_group() as group:  # the tree walks, side by side
-            group.start_soon(view, "hidden", self._protected_paths)
-            if self.writable:
-                config, rg = kernel.config, self.settings.rg
-                group.start_soon(
-                    view, "read_only", lambda: write_protected(config, self.workspace, rg)
+        try:
+            views = await self._views()
+            # A policy file that does not exist cannot be mounted read-only, and a
+            # mounted one's directory can be moved aside: whatever the command did to
+            # any toolkernel.toml is undone when it ends (see toolkernel.tools.planted).
+            snapshot = (
+                PolicySnapshot.take(
+                    kernel.policy_files,
+                    self.workspace,
+                    views["policy"],
+                    quarantine=kernel.config.state_dir / QUARANTINE_DIRNAME,
                 )
-                group.start_soon(view, "policy", partial(config_files, self.workspace))
+                if self.writable
+                else None
+            )
+            staging = self.artifacts.staging_dir()
+        except Exception as exc:
+            failure = self._failure(exc, "could not prepare the command")
+            if failure is None:
+                raise
+            raise failure from None
         spec = SandboxSpec(
             workspace=self.workspace,
             writable=self.writable,
@@ -380,22 +400,8 @@ class Sandbox:
             hidden=views["hidden"],
             extra_rw_binds=rw_dirs,
         )
-        staging = self.artifacts.staging_dir()
         out_dir = staging / "out"
         grace = min(TERM_GRACE_S, _RESERVE_FRACTION * self._call_timeout_s)
-        # A policy file that does not exist cannot be mounted read-only, and a mounted
-        # one's directory can be moved aside: whatever the command did to any
-        # toolkernel.toml is undone when it ends (see toolkernel.tools.planted).
-        snapshot = (
-            PolicySnapshot.take(
-                kernel.policy_files,
-                self.workspace,
-                views["policy"],
-                quarantine=kernel.config.state_dir / QUARANTINE_DIRNAME,
-            )
-            if self.writable
-            else None
-        )
         try:
             result = await self._run(argv, spec, staging, out_dir, timeout, grace, label, on_stdout)
         except ToolFailed as failed:  # timed out or cancelled: the violation matters more
@@ -416,6 +422,43 @@ class Sandbox:
                 "The command", self.workspace, output=result.to_dict(), artifacts=result.artifacts
             )
         return result
+
+    async def _views(self) -> dict[str, tuple[Path, ...]]:
+        """What the command must not see, nor change, and the policy files now: the
+        tree walks, side by side."""
+        kernel = self._ctx.kernel
+        assert kernel is not None
+        views: dict[str, tuple[Path, ...]] = {"read_only": (), "policy": ()}
+
+        async def view(key: str, listing: Callable[[], tuple[Path, ...]]) -> None:
+            views[key] = await anyio.to_thread.run_sync(listing)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(view, "hidden", self._protected_paths)
+            if self.writable:
+                config, rg = kernel.config, self.settings.rg
+                group.start_soon(
+                    view, "read_only", lambda: write_protected(config, self.workspace, rg)
+                )
+                group.start_soon(view, "policy", partial(config_files, self.workspace))
+        return views
+
+    def _failure(self, exc: Exception, doing: str) -> ToolFailed | None:
+        """The INTERNAL_ERROR of the OSError ``exc`` is or holds (a task group's), raised
+        by the runtime's own work for the call; ``None`` when it holds none."""
+        failed = _os_error(exc)
+        return None if failed is None else self._internal_error(failed, doing)
+
+    def _internal_error(self, failed: OSError, doing: str) -> ToolFailed:
+        """An OSError of the runtime's own (out of file descriptors, its state directory
+        unusable) is neither the tool's fault nor the workspace's: the model gets
+        INTERNAL_ERROR without the host path, the operator's log says what failed."""
+        _log.error("%s %s: %s", self.tool_name, doing, failed)
+        return ToolFailed(
+            safe_message(ErrorCode.INTERNAL_ERROR, tool=self.tool_name),
+            code=ErrorCode.INTERNAL_ERROR,
+            retryable=failed.errno in RESOURCE_SHORTAGES,
+        )
 
     async def _restore(self, snapshot: PolicySnapshot | None) -> Planted:
         if snapshot is None:
@@ -476,14 +519,10 @@ class Sandbox:
             # what was staged goes, or it would hold the space for every later call.
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(shutil.rmtree, staging, True)  # ignore_errors
-            failed = _os_error(exc)
-            if failed is None:
+            failure = self._failure(exc, "could not run the command or keep its output")
+            if failure is None:
                 raise
-            _log.error("%s could not keep the command's output: %s", self.tool_name, failed)
-            raise ToolFailed(
-                safe_message(ErrorCode.INTERNAL_ERROR, tool=self.tool_name),
-                code=ErrorCode.INTERNAL_ERROR,
-            ) from None
+            raise failure from None
         with anyio.CancelScope(shield=True):  # bounded by the output cap
             result = await self._store(argv, staging, outcome, label, stopped=False)
         if result.timed_out:
@@ -514,7 +553,10 @@ class Sandbox:
                 # Empty unless ingesting failed (a full disk): then it goes with its files.
                 shutil.rmtree(staging, ignore_errors=True)
 
-        stdout, stderr = await anyio.to_thread.run_sync(ingest)
+        try:
+            stdout, stderr = await anyio.to_thread.run_sync(ingest)
+        except OSError as exc:
+            raise self._internal_error(exc, "could not keep the command's output") from None
         if outcome is None:
             return CommandResult(
                 argv=tuple(argv),
@@ -560,20 +602,32 @@ def _capture(store: ArtifactStore, path: Path, description: str, producer: str) 
     if size == 0:
         path.unlink()
         return CapturedStream(0, "", "", None)
+    # A preview cut inside a line keeps what redaction alone could miss: a value whose
+    # keyword the cut dropped (" = S3cr3t…"). The part kept is taken with clip, which
+    # looks for secrets in the text around it.
+    redactor = store.redactor or Redactor(Path("/"))
+    unused: Counter[str] = Counter()
     with path.open("rb") as handle:
         window = handle.read(PREVIEW_BYTES + _EDGE_BYTES)
-        head = _cut_head(window, PREVIEW_BYTES) if size > PREVIEW_BYTES else window
-        tail = b""
+        head = _text(window)
+        if size > PREVIEW_BYTES:
+            kept = len(_text(_cut_head(window, PREVIEW_BYTES)))
+            head = redactor.clip(head, 0, kept, unused)
+        tail = ""
         if size > 2 * PREVIEW_BYTES:
             handle.seek(max(size - PREVIEW_BYTES - _EDGE_BYTES, PREVIEW_BYTES))
-            tail = _cut_tail(handle.read(), PREVIEW_BYTES)
+            data = handle.read()
+            before = _text(data)
+            kept = len(_text(_cut_tail(data, PREVIEW_BYTES)))
+            tail = redactor.clip(before, len(before) - kept, len(before), unused)
         elif size > PREVIEW_BYTES:
-            handle.seek(len(head))
-            tail = handle.read()
+            handle.seek(len(_cut_head(window, PREVIEW_BYTES)))
+            tail = _text(handle.read())
     ref = store.put_file(
         path, media_type="text/plain", description=description, producer=producer, move=True
     )
-    return CapturedStream(size, _text(head), _text(tail), ref)
+    # The size of what is kept (its known secrets masked): artifact.read's offsets.
+    return CapturedStream(ref.size, head, tail, ref)
 
 
 # Previews are cut at line ends where one is near, and a token cut in half is dropped:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import codecs
 import errno
 import hashlib
+import logging
 import mimetypes
 import os
 from collections import Counter
@@ -31,11 +32,13 @@ from toolkernel.codes import ErrorCode, safe_field, safe_message
 from toolkernel.context import ToolContext
 from toolkernel.definition import ConcurrencyGroup, ExecutionMode, Permissions
 from toolkernel.dispatch import ToolOutput
-from toolkernel.errors import ToolFailed
+from toolkernel.errors import RESOURCE_SHORTAGES, ToolFailed
 from toolkernel.functions import WorkspacePath, tool
 from toolkernel.redaction import Redactor
 from toolkernel.tools.workspace_io import HASH_PREFIX, locate, open_dir, open_file
 from toolkernel.validation import Violation
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["check_file_read", "file_read"]
 
@@ -98,6 +101,13 @@ async def file_read(
             code=ErrorCode.NOT_FOUND,
         ) from None
     except OSError as exc:
+        if exc.errno in RESOURCE_SHORTAGES:  # the runtime's shortage, not the file's
+            _log.error("file.read could not open a file: %s", exc)
+            raise ToolFailed(
+                safe_message(ErrorCode.INTERNAL_ERROR, tool=_NAME),
+                code=ErrorCode.INTERNAL_ERROR,
+                retryable=True,
+            ) from None
         raise ToolFailed(_unreadable(target.relative, exc), code=ErrorCode.NOT_FOUND) from None
     with os.fdopen(fd, "rb") as handle:
         head = handle.read(_SNIFF_BYTES)
