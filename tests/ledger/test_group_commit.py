@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -80,20 +80,47 @@ def test_appends_and_syncs_racing_from_many_threads_keep_order_and_are_stored(
 
 class WriterGate(SqliteLedger):
     """Holds the writer thread inside its store until the test opens the gate, and
-    remembers which thread stored each batch."""
+    remembers which thread stored each batch. While ``full`` is set, a store stores
+    nothing and raises what ``failure`` makes (a full disk, by default); ``stored`` is
+    set by each store that succeeds."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(path)
         self.writer_inside = threading.Event()
         self.open = threading.Event()
         self.threads: list[str] = []
+        self.full = threading.Event()
+        self.failure: Callable[[], BaseException] = disk_full
+        self.stored = threading.Event()
 
     def append_batch(self, batches: Sequence[tuple[str, Sequence[NewEvent]]]) -> None:
         self.threads.append(threading.current_thread().name)
         if threading.current_thread().name == "toolkernel-ledger":
             self.writer_inside.set()
             assert self.open.wait(5)
+        if self.full.is_set():
+            raise self.failure()
         super().append_batch(batches)
+        self.stored.set()
+
+
+def disk_full() -> LedgerError:
+    return LedgerError("database or disk is full")
+
+
+def full_ledger(path: Path) -> tuple[WriterGate, GroupCommitLedger]:
+    """A group commit ledger whose stores fail, storing nothing, until ``full`` is
+    cleared; the writer is not held."""
+    inner = WriterGate(path)
+    inner.open.set()
+    inner.full.set()
+    return inner, GroupCommitLedger(inner)
+
+
+def on_disk(path: Path, run_id: str = "r") -> list[int]:
+    """What another connection sees stored in ``run_id``, by payload number."""
+    with SqliteLedger(path) as reader:
+        return [e.payload["n"] for e in reader.events(run_id)]
 
 
 def test_sync_waits_for_the_writers_batch_instead_of_overtaking_it(tmp_path: Path):
@@ -140,6 +167,159 @@ def test_a_failed_store_is_reported_to_every_later_caller(tmp_path: Path):
         ledger.append("r", [request(2)])
     with pytest.raises(LedgerError):
         ledger.close()
+
+
+def test_a_batch_that_stored_nothing_is_kept_and_stored_by_the_writers_retry(
+    tmp_path: Path,
+):
+    # A full disk, or a lock another process held past the busy timeout: once space
+    # is freed, a long-running process works again, without a restart.
+    path = tmp_path / "l.db"
+    inner, ledger = full_ledger(path)
+    ledger.append("r", [request(1)])
+    with pytest.raises(LedgerError) as failed:
+        ledger.sync()
+    inner.full.clear()
+    assert inner.stored.wait(5)  # the writer tried again, and stored it
+    ledger.sync()
+    assert on_disk(path) == [1]
+    ledger.append("r", [request(2)])
+    assert [e.payload["n"] for e in ledger.events("r")] == [1, 2]
+    assert ledger.verify().ok
+    ledger.close()
+    assert not failed.value.maybe_stored
+    assert "cannot store events now" in str(failed.value)
+    assert "lost" not in str(failed.value)
+
+
+def test_while_a_batch_waits_for_its_retry_appends_are_refused_and_nothing_overtakes_it(
+    tmp_path: Path,
+):
+    path = tmp_path / "l.db"
+    inner = WriterGate(path)
+    ledger = GroupCommitLedger(inner)
+    ledger.append("r", [request(1)])
+    assert inner.writer_inside.wait(5)  # the writer holds request 1
+    ledger.append("r", [request(2)])
+    ledger.append("r", [request(3)])
+    inner.full.set()
+    inner.open.set()  # request 1 fails; 2 and 3 were queued behind it
+    with pytest.raises(LedgerError) as waiting:
+        ledger.sync()
+    with pytest.raises(LedgerError) as refused:
+        ledger.append("r", [request(4)])
+    with pytest.raises(LedgerError):
+        ledger.events("r")
+    inner.full.clear()
+    assert inner.stored.wait(5)
+    ledger.sync()
+    assert on_disk(path) == [1, 2, 3]
+    ledger.append("r", [request(4)])  # refused before, appended again
+    assert [e.payload["n"] for e in ledger.events("r")] == [1, 2, 3, 4]
+    assert ledger.verify().ok
+    ledger.close()
+    assert "3 queued appends wait" in str(waiting.value)
+    assert "cannot store events now" in str(refused.value)
+    assert not refused.value.maybe_stored
+
+
+def test_close_says_how_many_appends_were_lost_when_they_still_cannot_be_stored(
+    tmp_path: Path,
+):
+    path = tmp_path / "l.db"
+    _, ledger = full_ledger(path)
+    ledger.append_batch([("r", [request(1)]), ("r", [request(2)])])
+    with pytest.raises(LedgerError, match="cannot store events now"):
+        ledger.sync()
+    with pytest.raises(LedgerError, match="2 queued appends were lost"):
+        ledger.close()
+    with pytest.raises(LedgerError, match="2 queued appends were lost"):
+        ledger.append("r", [request(3)])
+    assert on_disk(path) == []
+
+
+def test_close_stores_what_waited_once_the_ledger_can_store_again(tmp_path: Path):
+    path = tmp_path / "l.db"
+    inner, ledger = full_ledger(path)
+    ledger.append("r", [request(1)])
+    with pytest.raises(LedgerError):
+        ledger.sync()
+    inner.full.clear()
+    ledger.close()  # the writer's retry or close's last attempt stores it
+    assert on_disk(path) == [1]
+
+
+def connection_dropped() -> LedgerError:
+    error = LedgerError("the connection dropped during the commit")
+    error.maybe_stored = True
+    return error
+
+
+def a_bug() -> RuntimeError:
+    return RuntimeError("not a ledger failure")
+
+
+@pytest.mark.parametrize("failure", [connection_dropped, a_bug])
+def test_a_store_that_may_have_stored_the_batch_is_never_retried(
+    tmp_path: Path, failure: Callable[[], BaseException]
+):
+    # Storing it again could store its events twice.
+    path = tmp_path / "l.db"
+    inner, ledger = full_ledger(path)
+    inner.failure = failure
+    ledger.append("r", [request(1)])
+    with pytest.raises(LedgerError, match="1 queued appends were lost"):
+        ledger.sync()
+    inner.full.clear()
+    with pytest.raises(LedgerError, match="1 queued appends were lost"):
+        ledger.append("r", [request(2)])
+    with pytest.raises(LedgerError, match="1 queued appends were lost"):
+        ledger.close()
+    assert len(inner.threads) == 1  # one attempt, never repeated
+    assert on_disk(path) == []
+
+
+def test_a_durable_append_that_could_not_be_stored_is_not_stored_later(tmp_path: Path):
+    # Its caller is told nothing was stored and appends the events again: were they
+    # still queued, the retry would store them twice.
+    path = tmp_path / "l.db"
+    inner, ledger = full_ledger(path)
+    with pytest.raises(LedgerError, match="disk is full") as failed:
+        ledger.append_durable([("r", [request(1)])])
+    assert not failed.value.maybe_stored
+    inner.full.clear()
+    ledger.append_durable([("r", [request(1)])])
+    ledger.close()
+    assert on_disk(path) == [1]
+
+
+def test_a_kernel_with_group_commit_works_again_once_its_ledger_can_store(
+    kernel_factory, tmp_path: Path
+):
+    inner = WriterGate(tmp_path / "l.db")
+    inner.open.set()
+    ledger = GroupCommitLedger(inner)
+    kernel = kernel_factory('[[exposure]]\ntools = ["*"]\n', ledger=ledger)
+    run = kernel.start_run()
+    first = kernel.call_sync(run, "repo.lookup", {"query": "a"})
+    ledger.sync()
+    inner.stored.clear()
+    inner.full.set()
+    second = kernel.call_sync(run, "repo.lookup", {"query": "b"})  # stored later
+    with pytest.raises(LedgerError):
+        ledger.sync()
+    with pytest.raises(LedgerError) as refused:
+        kernel.call_sync(run, "repo.lookup", {"query": "c"})
+    inner.full.clear()
+    assert inner.stored.wait(5)
+    ledger.sync()
+    fourth = kernel.call_sync(run, "repo.lookup", {"query": "d"})
+    assert [r.status for r in (first, second, fourth)] == [Status.SUCCEEDED] * 3
+    events = ledger.events(run.id)
+    finals = [e.tool_call_id for e in events if e.type is EventType.TOOL_CALL_RESULT]
+    assert finals == [first.tool_call_id, second.tool_call_id, fourth.tool_call_id]
+    assert ledger.verify().ok
+    assert "cannot store events now" in str(refused.value)
 
 
 def test_kernel_with_group_commit_records_the_same_events(kernel_factory):

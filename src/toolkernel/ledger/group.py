@@ -15,8 +15,27 @@ holding one lock, so batches reach the inner ledger in the order they were appen
 
 The trade: a READ_ONLY call can return to the model before its events are stored;
 if the process dies in that window (typically well under a millisecond), those
-events are lost. The order of events is never changed, and a failed store is
-reported by every later ``append``, ``sync`` and read, so nothing is lost silently.
+events are lost. The order of events is never changed, and nothing is lost silently.
+
+A store can fail in two ways:
+
+* Without having stored anything (a ``LedgerError`` whose ``maybe_stored`` is false:
+  a full disk, a lock another process held past the busy timeout, an I/O error). The
+  batch goes back to the front of the queue, in order, and the writer tries it again
+  after a pause that grows from 50 ms to 1 s. Meanwhile no more appends are taken, so
+  the queue cannot grow without bound: ``append``, ``sync``, reads and claims raise a
+  ``LedgerError`` saying that the ledger cannot store events now and how many queued
+  appends wait to be stored (nothing is lost; the kernel reports such calls as
+  LEDGER_UNAVAILABLE, retryable). Once a retry stores them, all works again. A
+  ``append_durable`` whose own store fails takes its events back out of the queue: it
+  raises, and they are not stored later (its caller may append them again).
+  ``close`` tries once more, and if that fails too, raises a ``LedgerError`` saying how
+  many queued appends were lost.
+* Any other way (``maybe_stored``: the connection dropped during the commit and the
+  batch may be stored; or an exception that is not a ``LedgerError``). Storing the
+  batch again could store its events twice, so it is never retried: it is lost, and
+  every later ``append``, ``sync``, read and ``close`` raises a ``LedgerError`` saying
+  how many queued appends were lost, until the process restarts.
 """
 
 from __future__ import annotations
@@ -24,6 +43,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Sequence
+from typing import Final
 
 from toolkernel.errors import LedgerError
 from toolkernel.ledger.base import Event, Ledger, NewEvent, RunSummary, VerifiedRead, VerifyReport
@@ -32,6 +52,12 @@ __all__ = ["GroupCommitLedger"]
 
 
 _Batch = tuple[str, Sequence[NewEvent]]
+
+# The writer's pause before retrying a store that stored nothing, doubled after each
+# failure up to the last: a freed disk is noticed within a second, a full one costs
+# one attempt a second.
+_FIRST_RETRY_S: Final = 0.05
+_LAST_RETRY_S: Final = 1.0
 
 
 class GroupCommitLedger(Ledger):
@@ -51,7 +77,12 @@ class GroupCommitLedger(Ledger):
         self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._storing = threading.Lock()
         self._error: LedgerError | None = None
+        # Why the queue could not be stored, while it waits for the writer's retry.
+        # Changed only by a holder of ``_storing``; set only while ``_pending`` holds
+        # something.
+        self._unstored: LedgerError | None = None
         self._closing = False
+        self._closed = threading.Event()  # cuts the writer's pause before a retry short
         self._writer = threading.Thread(target=self._write, name="toolkernel-ledger", daemon=True)
         self._writer.start()
 
@@ -59,7 +90,8 @@ class GroupCommitLedger(Ledger):
         """Queue ``events``; returns ``[]`` (the stored events are not known yet).
 
         Raises:
-            LedgerError: an earlier batch could not be stored, or the ledger is closed.
+            LedgerError: the ledger cannot store events now, an earlier batch was
+                lost, or the ledger is closed; ``events`` were not queued.
         """
         self.append_batch([(run_id, events)])
         return []
@@ -68,7 +100,8 @@ class GroupCommitLedger(Ledger):
         """Queue several runs' events for the writer.
 
         Raises:
-            LedgerError: an earlier batch could not be stored, or the ledger is closed.
+            LedgerError: the ledger cannot store events now, an earlier batch was
+                lost, or the ledger is closed; nothing was queued.
         """
         queued = [(run_id, list(events)) for run_id, events in batches]
         with self._lock:
@@ -81,7 +114,8 @@ class GroupCommitLedger(Ledger):
         before returning, without waking the writer.
 
         Raises:
-            LedgerError: the events could not be stored, or an earlier batch could not.
+            LedgerError: the events were not stored (``maybe_stored`` says whether
+                they may have been): they could not be, or an earlier batch was not.
         """
         queued = [(run_id, list(events)) for run_id, events in batches]
         with self._storing:
@@ -89,13 +123,16 @@ class GroupCommitLedger(Ledger):
                 self._check()
                 self._pending.extend(queued)
             self._store_pending()
+            if self._unstored is not None:
+                raise self._withdraw(queued)
         self._raise_error()
 
     def sync(self) -> None:
         """Store what is queued, here and now, unless the writer is already storing it.
 
         Raises:
-            LedgerError: something appended earlier could not be stored.
+            LedgerError: something appended earlier is not stored: the ledger cannot
+                store it now (the writer keeps trying), or it was lost.
         """
         with self._storing:
             self._store_pending()
@@ -105,8 +142,8 @@ class GroupCommitLedger(Ledger):
         """The inner ledger's claim, at once (claims are not queued).
 
         Raises:
-            LedgerError: the claim could not be recorded, or an earlier batch could
-                not be stored.
+            LedgerError: the claim could not be recorded, or queued events are not
+                stored.
         """
         self._raise_error()
         return self._inner.claim_key(tool_name, key, owner, lease_s)
@@ -152,16 +189,19 @@ class GroupCommitLedger(Ledger):
         """Store what is queued, stop the writer and close the inner ledger.
 
         Raises:
-            LedgerError: queued events could not be stored.
+            LedgerError: queued events could not be stored; it says how many appends
+                were lost.
         """
         with self._lock:
             already = self._closing
             self._closing = True
         if not already:
+            self._closed.set()
             self._wake.put(None)
             self._writer.join()
             with self._storing:
-                self._store_pending()  # appends that raced with close
+                self._store_pending(retry=True)  # appends that raced with close
+                self._give_up()
             self._inner.close()
         self._raise_error()
 
@@ -169,37 +209,120 @@ class GroupCommitLedger(Ledger):
         with self._lock:
             if self._error is not None:
                 raise self._error
+            if self._unstored is not None:
+                raise self._waiting()
 
     def _check(self) -> None:
         if self._error is not None:
             raise self._error
+        if self._unstored is not None:
+            raise self._waiting()
         if self._closing:
             raise LedgerError("the ledger is closed")
+
+    def _waiting(self) -> LedgerError:
+        """The error for callers while the queue waits for a retry (``_lock`` held)."""
+        error = LedgerError(
+            f"the ledger cannot store events now ({self._unstored}); "
+            f"{len(self._pending)} queued appends wait to be stored when it can, "
+            "and no more are taken until then"
+        )
+        error.__cause__ = self._unstored
+        return error
 
     def _write(self) -> None:
         while True:
             self._wake.get()
             with self._storing:
                 self._store_pending()
+            if not self._retry():
+                return
             with self._lock:
-                if self._error is not None or (self._closing and not self._pending):
-                    return
+                if self._error is not None or self._closing:
+                    return  # close stores what is left
 
-    def _store_pending(self) -> None:
-        """Store everything queued in one transaction (the caller holds ``_storing``)."""
+    def _retry(self) -> bool:
+        """Store the queue again, pausing longer each time, while stores fail without
+        storing anything; False if the ledger is closing meanwhile."""
+        delay = _FIRST_RETRY_S
+        while self._unstored is not None:
+            if self._closed.wait(delay):
+                return False
+            with self._storing:
+                self._store_pending(retry=True)
+            delay = min(2 * delay, _LAST_RETRY_S)
+        return True
+
+    def _store_pending(self, *, retry: bool = False) -> None:
+        """Store everything queued in one transaction (the caller holds ``_storing``).
+
+        While a failed store waits for the writer's retry, only a ``retry`` stores.
+        """
         with self._lock:
+            if self._error is not None or (self._unstored is not None and not retry):
+                return
             batch, self._pending = self._pending, []
-            if not batch or self._error is not None:
+            if not batch:
                 return
         try:
             self._inner.append_batch(batch)
+        except LedgerError as exc:
+            if exc.maybe_stored:
+                self._lose(batch, exc)
+            else:
+                self._keep(batch, exc)
         except BaseException as exc:
-            # Reported to every later caller; an interrupt (the storing caller's Ctrl-C)
-            # also propagates, but the batch it took may be lost, so it is reported too.
-            error = exc if isinstance(exc, LedgerError) else LedgerError(repr(exc))
-            with self._lock:
-                self._error = LedgerError(f"{len(batch)} queued appends were lost: {error}")
-                self._error.__cause__ = exc
+            # An interrupt (the storing caller's Ctrl-C) also propagates, but the batch
+            # it took may be lost, so it is reported too.
+            self._lose(batch, exc)
             if not isinstance(exc, Exception):
                 raise
-            return
+        else:
+            if self._unstored is not None:
+                with self._lock:
+                    self._unstored = None
+
+    def _keep(self, batch: list[_Batch], exc: LedgerError) -> None:
+        """Put a batch that was not stored back at the front of the queue, for the
+        writer to retry."""
+        with self._lock:
+            first = self._unstored is None
+            self._pending[:0] = batch
+            self._unstored = exc
+        if first:
+            self._wake.put(None)  # a caller failed: the writer takes over
+
+    def _lose(self, batch: list[_Batch], exc: BaseException) -> None:
+        """Report ``batch``, and what was queued behind it, as lost to every later
+        caller (``batch`` may have been stored: storing it again could store it twice)."""
+        error = exc if isinstance(exc, LedgerError) else LedgerError(repr(exc))
+        with self._lock:
+            lost = len(batch) + len(self._pending)
+            self._error = LedgerError(f"{lost} queued appends were lost: {error}")
+            self._error.__cause__ = exc
+            self._pending, self._unstored = [], None
+
+    def _withdraw(self, queued: Sequence[_Batch]) -> LedgerError:
+        """Take a durable append's batches back out of the queue after its store failed
+        (its caller is told they were not stored, and may append them again); the
+        error to tell it."""
+        mine = {id(batch) for batch in queued}
+        with self._lock:
+            self._pending = [batch for batch in self._pending if id(batch) not in mine]
+            if self._pending:
+                return self._waiting()
+            unstored, self._unstored = self._unstored, None
+        assert unstored is not None  # the caller saw it set, holding ``_storing``
+        return unstored  # nothing else waits: the ledger is not failing any more
+
+    def _give_up(self) -> None:
+        """Report what still could not be stored as lost (closing: nobody retries)."""
+        with self._lock:
+            if self._unstored is None:
+                return
+            self._error = LedgerError(
+                f"{len(self._pending)} queued appends were lost: the ledger was closed "
+                f"while it could not store them ({self._unstored})"
+            )
+            self._error.__cause__ = self._unstored
+            self._pending, self._unstored = [], None

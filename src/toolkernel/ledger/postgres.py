@@ -517,7 +517,9 @@ class PostgresLedger(Ledger):
         if all(found):
             return  # the commit was stored; only its answer was lost
         if any(found):  # one transaction: all or nothing
-            raise LedgerError(f"{what} in {self._where} was stored in part; verify the ledger")
+            partly = LedgerError(f"{what} in {self._where} was stored in part; verify the ledger")
+            partly.maybe_stored = True  # stored again, what is stored would be there twice
+            raise partly
         try:
             attempt(conn)
         except psycopg.Error as exc:
