@@ -358,6 +358,8 @@ def test_more_protected_paths_than_bubblewrap_takes_is_a_clear_refusal(kernel):
         (mixed / f"k{index:05d}.pem").write_text("-")
     result = run_shell(kernel, "true")
     assert (result.status, str(result.error_code)) == (Status.DENIED, "SANDBOX_UNAVAILABLE")
+    incoming = kernel.artifacts.root / ".incoming"  # where a command's output is staged
+    assert [p for p in incoming.iterdir() if p.is_dir()] == []  # nothing ran: nothing kept
 
 
 def test_a_directory_hidden_whole_refuses_writes_and_one_with_more_is_not_hidden_whole(kernel):

@@ -489,6 +489,8 @@ class Sandbox:
             )
         except SandboxUnavailable as exc:  # this workspace cannot be sandboxed as it is
             _log.error("%s was not run: %s", self.tool_name, exc.reason)
+            with anyio.CancelScope(shield=True):  # nothing ran: nothing staged is kept
+                await anyio.to_thread.run_sync(shutil.rmtree, staging, True)  # ignore_errors
             raise ToolFailed(
                 safe_message(ErrorCode.SANDBOX_UNAVAILABLE, tool=self.tool_name),
                 code=ErrorCode.SANDBOX_UNAVAILABLE,
