@@ -308,8 +308,8 @@ CATALOG: Final[dict[ErrorCode, CodeInfo]] = {
     ErrorCode.SANDBOX_UNAVAILABLE: CodeInfo(
         _D,
         False,
-        "{tool} needs a sandbox, and none is available on this machine, so it "
-        "was not run. Use in-process tools or tell the user.",
+        "{tool} needs a sandbox, and none could be set up for it here, so it was "
+        "not run. Use in-process tools or tell the user.",
     ),
     ErrorCode.TOOL_ERROR: CodeInfo(_F, False, "{tool} failed: {detail}"),
     ErrorCode.PROCESS_EXIT_NONZERO: CodeInfo(_F, False, "{detail}"),
