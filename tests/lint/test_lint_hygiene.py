@@ -93,6 +93,10 @@ CASES = [
     ("D002", _set(["inputSchema", "additionalProperties"], _DELETE), "/inputSchema"),
     ("D003", _set([*PROPS, "path", "maxLength"], _DELETE), "/inputSchema/properties/path"),
     ("D003", _set([*PROPS, "baseHash", "pattern"], "^sha256:.*$"), None),
+    # Anchors split by a top-level |, and an escaped backslash repeated, bound nothing.
+    ("D003", _set([*PROPS, "baseHash", "pattern"], "^[0-9a-f]{64}|x$"), None),
+    ("D003", _set([*PROPS, "baseHash", "pattern"], "^\\\\*$"), None),
+    ("D003", _set([*PROPS, "baseHash", "pattern"], "^[0-9a-f]{64}\\$"), None),
     ("D004", _set([*PROPS, "labels", "maxItems"], _DELETE), "/inputSchema/properties/labels"),
     ("D005", _set([*PROPS, "baseHash"], _DELETE), "/inputSchema"),
     ("D005", _set(["safety"], {}), "/safety/mutating"),
@@ -119,6 +123,11 @@ def test_native_hygiene_gap_is_an_error(rule: str, mutate: Any, pointer: str | N
 def test_nested_open_object_is_reported_at_its_own_pointer() -> None:
     found = rules(broken(_set([*PROPS, "options", "additionalProperties"], True)))["D002"]
     assert [f.pointer for f in found] == ["/inputSchema/properties/options/additionalProperties"]
+
+
+@pytest.mark.parametrize("pattern", ["^[0-9a-f]{64}$", "^(sha1|sha256):[*+0-9a-f]{40}$"])
+def test_an_anchored_pattern_without_repetition_bounds_a_string(pattern: str) -> None:
+    assert "D003" not in rules(broken(_set([*PROPS, "baseHash", "pattern"], pattern)))
 
 
 def test_read_only_tool_needs_no_precondition() -> None:

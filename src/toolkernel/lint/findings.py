@@ -14,7 +14,11 @@ from typing import Final
 
 from toolkernel.errors import ToolkernelError
 
-__all__ = ["RULES", "Finding", "LintInputError", "Rule", "Severity"]
+__all__ = ["FILE_TOOL", "RULES", "Finding", "LintInputError", "Rule", "Severity"]
+
+
+# The ``tool`` of an ``F001`` finding: a whole file, or an item in it, that is not a tool.
+FILE_TOOL: Final = "<file>"
 
 
 class Severity(StrEnum):

@@ -38,7 +38,7 @@ _BOUNDED_FORMATS: Final = frozenset(
     {"date", "time", "date-time", "duration", "uuid", "ipv4", "ipv6", "email", "hostname"}
 )
 # An unbounded quantifier outside an escape: ``*``, ``+`` or ``{n,}``.
-_UNBOUNDED_QUANTIFIER: Final = re.compile(r"(?<!\\)(?:[*+]|\{\d+,\})")
+_UNBOUNDED_QUANTIFIER: Final = re.compile(r"[*+]|\{\d+,\}")
 
 _PRECONDITION_NAMES: Final = frozenset(
     {"precondition", "preconditions", "ifmatch", "etag", "sha", "ifunmodifiedsince"}
@@ -195,12 +195,36 @@ def _string_is_bounded(node: Mapping[str, Any]) -> bool:
     if node.get("format") in _BOUNDED_FORMATS:
         return True
     pattern = node.get("pattern")
-    return (
-        isinstance(pattern, str)
-        and pattern.startswith("^")
-        and pattern.endswith("$")
-        and not _UNBOUNDED_QUANTIFIER.search(pattern)
-    )
+    return isinstance(pattern, str) and _pattern_is_bounded(pattern)
+
+
+def _pattern_is_bounded(pattern: str) -> bool:
+    """Whether a regex anchored at both ends repeats nothing without limit.
+
+    Read token by token, so that ``\\\\*`` (a backslash, repeated) is a repetition and
+    ``[*+]`` is not; a ``|`` outside any group splits the anchors (``^a|b$`` is ``^a``
+    or ``b$``), and a final ``$`` after a backslash is a literal dollar.
+    """
+    if not pattern.startswith("^"):
+        return False
+    depth, in_class, index, end = 0, False, 1, len(pattern)
+    while index < end:
+        char = pattern[index]
+        if char == "\\":
+            if index + 1 == end - 1 and pattern[end - 1] == "$":
+                return False  # the closing dollar is escaped
+            index += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        elif char in "()":
+            depth += 1 if char == "(" else -1
+        elif (char == "|" and depth == 0) or _UNBOUNDED_QUANTIFIER.match(pattern, index):
+            return False
+        index += 1
+    return pattern.endswith("$") and len(pattern) > 1
 
 
 def _bounded_strings(view: ToolView) -> Iterator[Finding]:

@@ -5,10 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from toolkernel.lint.findings import Finding, LintInputError, Severity
+from toolkernel.lint.findings import FILE_TOOL, Finding, LintInputError, Severity
 from toolkernel.lint.hygiene import check_hygiene
-from toolkernel.lint.loaders import ToolKind, iter_definitions, view_of
-from toolkernel.lint.poisoning import check_poisoning
+from toolkernel.lint.loaders import ToolKind, iter_definitions, not_an_object, view_of
+from toolkernel.lint.poisoning import (
+    MAX_DEFINITION_CHARS,
+    MAX_DOCUMENT_CHARS,
+    TextBudget,
+    check_poisoning,
+)
 from toolkernel.lint.schemas import deeper_than
 
 __all__ = ["MAX_DEPTH", "lint_definition", "lint_document"]
@@ -32,31 +37,54 @@ def lint_definition(
     Returns:
         Poisoning findings first, then hygiene findings, each in document order. A
         definition nested more than :data:`MAX_DEPTH` levels deep draws one ``D010``
-        error and is not linted further.
+        error and is not linted further; one holding more than
+        :data:`~toolkernel.lint.poisoning.MAX_DEFINITION_CHARS` characters of text
+        draws a ``P114`` error where the rules stopped reading.
 
     Raises:
         LintInputError: the format cannot be detected or ``kind`` is unknown.
     """
-    view = view_of(defn, kind)
-    if deeper_than(defn, MAX_DEPTH):
-        message = f"too deeply nested (more than {MAX_DEPTH} levels); not linted further"
-        return [Finding(view.name, "D010", Severity.ERROR, "", message)]
-    return check_poisoning(view) + check_hygiene(view)
+    return _lint(defn, kind, TextBudget(MAX_DEFINITION_CHARS, scope="definition"))
 
 
 def lint_document(data: Any) -> list[Finding]:
     """Lint every definition in a parsed document of any accepted shape.
 
+    An item of a list that is not a tool definition draws an ``F001`` error naming it
+    (tool ``"<file>"``); the other items are still linted. The rules read at most
+    :data:`~toolkernel.lint.poisoning.MAX_DOCUMENT_CHARS` characters of text in the
+    whole document: each definition past that draws a ``P114`` error instead.
+
     Raises:
-        LintInputError: the document, or a definition in it, has no accepted shape.
+        LintInputError: the document has no accepted shape, or is one definition whose
+            format cannot be detected.
     """
-    definitions = iter_definitions(data)
+    document = TextBudget(MAX_DOCUMENT_CHARS, scope="document")
     findings: list[Finding] = []
-    for index, defn in enumerate(definitions):
+    for index, defn in enumerate(iter_definitions(data)):
+        problem = not_an_object(defn)
+        if problem is not None:
+            findings.append(_unlintable(f"item {index} {problem}"))
+            continue
         try:
-            findings.extend(lint_definition(defn))
+            budget = TextBudget(MAX_DEFINITION_CHARS, scope="definition", within=document)
+            findings.extend(_lint(defn, None, budget))
         except LintInputError as exc:
             if defn is data:
                 raise  # the document is this one definition: no item to name
-            raise LintInputError(f"item {index}: {exc}") from exc
+            findings.append(_unlintable(f"item {index}: {exc}"))
     return findings
+
+
+def _unlintable(message: str) -> Finding:
+    return Finding(FILE_TOOL, "F001", Severity.ERROR, "", message)
+
+
+def _lint(
+    defn: Mapping[str, Any], kind: ToolKind | str | None, budget: TextBudget
+) -> list[Finding]:
+    view = view_of(defn, kind)
+    if deeper_than(defn, MAX_DEPTH):
+        message = f"too deeply nested (more than {MAX_DEPTH} levels); not linted further"
+        return [Finding(view.name, "D010", Severity.ERROR, "", message)]
+    return check_poisoning(view, budget) + check_hygiene(view)

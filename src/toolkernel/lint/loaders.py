@@ -27,6 +27,7 @@ __all__ = [
     "detect_kind",
     "iter_definitions",
     "load_path",
+    "not_an_object",
     "view_of",
 ]
 
@@ -165,12 +166,14 @@ def view_of(defn: Mapping[str, Any], kind: ToolKind | str | None = None) -> Tool
     return ToolView(kind, defn, defn, "", "inputSchema", "outputContract")
 
 
-def iter_definitions(data: Any) -> list[Mapping[str, Any]]:
-    """The definitions held by a document of any accepted shape.
+def iter_definitions(data: Any) -> list[Any]:
+    """The items of a document of any accepted shape, each meant to be a definition.
 
     A document is one definition, a list of definitions, a ``{"tools": [...]}``
     container (MCP ``tools/list`` result, a server snapshot, a TOML file with
-    ``[[tools]]``) or a JSON-RPC response whose ``result`` is such a container.
+    ``[[tools]]``) or a JSON-RPC response whose ``result`` is such a container. The
+    items of a list are not checked here (see :func:`not_an_object`): one stray item
+    should not hide the findings of the others.
 
     Raises:
         LintInputError: the document has none of these shapes.
@@ -182,15 +185,17 @@ def iter_definitions(data: Any) -> list[Mapping[str, Any]]:
     if isinstance(data, Mapping):
         return [data]
     if isinstance(data, list):
-        for index, item in enumerate(data):
-            if not isinstance(item, Mapping):
-                raise LintInputError(
-                    f"item {index} is {_json_type(item)}, not a tool definition object"
-                )
         return list(data)
     raise LintInputError(
         f'holds {_json_type(data)}, not a tool definition, a list of them or {{"tools": [...]}}'
     )
+
+
+def not_an_object(item: Any) -> str | None:
+    """Why an item of a list cannot be a definition, or None if it is an object."""
+    if isinstance(item, Mapping):
+        return None
+    return f"is {_json_type(item)}, not a tool definition object"
 
 
 def _json_type(value: Any) -> str:

@@ -37,13 +37,67 @@ from toolkernel.lint.findings import Finding, Severity
 from toolkernel.lint.loaders import ToolView
 from toolkernel.lint.schemas import iter_properties, iter_siblings, iter_texts, types_of
 
-__all__ = ["MAX_TEXT_CHARS", "check_poisoning", "scan_text"]
+__all__ = [
+    "MAX_DEFINITION_CHARS",
+    "MAX_DOCUMENT_CHARS",
+    "MAX_TEXT_CHARS",
+    "TextBudget",
+    "check_poisoning",
+    "scan_text",
+]
 
 MAX_TEXT_CHARS: Final = 100_000
 """The longest string the rules read, counted before and after folding (one character
 can decompose to 18); beyond it a string draws a ``P114`` error. Real descriptions run
 to a few thousand characters, and the linter runs inside the MCP bridge, where reading
 megabytes of one hostile string would stall every other call."""
+
+MAX_DEFINITION_CHARS: Final = 200_000
+"""The most text the rules read in one definition, keys and values, each string counted
+up to :data:`MAX_TEXT_CHARS`: 40 times the largest of 616 real tools (5,106). Reading
+costs up to several microseconds a character, and the MCP bridge lints every tool it is
+offered: a definition of many strings, each under the per-string limit, must not stall
+it. Past the budget a string draws a ``P114`` error and no later one is read."""
+
+MAX_DOCUMENT_CHARS: Final = 1_000_000
+"""The most text the rules read in one document of definitions (``toolkernel lint``
+reads files of up to 16 MiB): 30 times the largest real ``tools/list`` (31,916)."""
+
+
+class TextBudget:
+    """How much more text the rules may read in a definition, or a whole document.
+
+    A definition's budget may sit within its document's: reading charges both, and
+    whichever runs out first stops the reading.
+    """
+
+    def __init__(self, limit: int, *, scope: str, within: TextBudget | None = None) -> None:
+        self.limit = limit
+        self.remaining = limit
+        self.scope = scope
+        self._within = within
+        self._spent: TextBudget | None = None
+
+    def take(self, text: str) -> bool:
+        """Charge the part of ``text`` that is read; False if the budget cannot pay."""
+        cost = min(len(text), MAX_TEXT_CHARS)
+        chain = [self] if self._within is None else [self, self._within]
+        for budget in chain:
+            if cost > budget.remaining:
+                self._spent = budget
+                return False
+        for budget in chain:
+            budget.remaining -= cost
+        return True
+
+    def spent_message(self) -> str:
+        """The ``P114`` message for the string that could not be paid for."""
+        spent = self._spent or self
+        return (
+            f"past the {spent.limit:,} characters of text read per {spent.scope}: "
+            "this string and those after it are not read"
+        )
+
 
 _QUOTE_LIMIT: Final = 60
 # How far from the join of two neighbouring strings a phrase split over them is looked
@@ -71,17 +125,43 @@ _URL: Final = (
 )
 # A tool reference other than "this tool": a quoted identifier, or a snake/dotted name.
 _TOOL_REF: Final = r"(?:[`'\"][\w.-]+[`'\"]|\b[a-z]\w*[._]\w+\b)"
-_TOOL_NAME: Final = re.compile(_TOOL_REF, re.IGNORECASE)
+# Agents' own tools have one-word names (Bash, Edit, fetch): such a word names a tool only
+# when "tool" or "function" follows it, and a determiner ("this tool") names none.
+_NAMED_TOOL: Final = (
+    r"\b(?!(?:this|that|these|the|a|an|any|each|every|same|other|another|its|your|our|"
+    r"their|current|next|following|previous|first|last|one)\b)[a-z]\w*(?=\s+(?:tool|function)\b)"
+)
+_OTHER_TOOL: Final = rf"(?:{_TOOL_REF}|{_NAMED_TOOL})"
+_TOOL_NAME: Final = re.compile(_OTHER_TOOL, re.IGNORECASE)
+_NAME_PARTS: Final = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 _USER: Final = r"(?:the |a |any )?(?:user|human|operator|recipient)s?\b"
+# Whom a poisoned tool keeps its actions from: the user, not a message's recipient.
+_AUDIENCE: Final = r"(?:(?:the |a |any |your )?(?:user|human|operator)s?\b|anyone\b|anybody\b)"
+# The thing kept from the user: the action itself, or nothing named (the clause ends).
+_KEPT_FROM_USER: Final = (
+    r"(?=\s*(?:[.,;:!?)]|$)|\s+(?:this|it|that|these|those|them|anything|about|what|how|why|"
+    r"where|the\s+(?:call|step|instructions?|request|action|parameters?|fact|details|change)s?\b))"
+)
+_IGNORE: Final = (
+    r"\b(?:ignore|disregard|forget|override|bypass|pay\s+no\s+attention\s+to|stop\s+following|"
+    r"(?:do\s+not|don'?t|never)\s+(?:follow|obey))\b"
+)
+_ORDERS: Final = (
+    r"\b(?:instructions?|prompts?|rules|guidelines|directives|directions|guardrails|policies|"
+    r"commands|orders)\b"
+)
 _FROM_PRINCIPAL: Final = (
     r"\b(?:message|note|instructions?|request|order)s?\s+from\s+(?:the\s+|your\s+)?"
     r"(?:user|developer|administrator|admin|system|operator|owner)\b"
 )
 _CREDENTIAL: Final = (
     r"\bapi[ _-]?keys?\b|\baccess[ _-]?tokens?\b|\bsecret[ _-]?keys?\b|"
-    r"\bprivate[ _-]?keys?\b|\bpasswords?\b|\bpassphrases?\b|\bcredentials?\b|"
+    r"\bprivate[ _-]?keys?\b|\bpasswords?\b(?![ -](?:reset|recovery|change|policy|strength|"
+    r"requirements|expiry|expiration)\b)|\bpassphrases?\b|\bcredentials?\b|"
     r"\bsecrets\b|\bsession[ _-]?cookies\b|\bauth(?:entication)?[ _-]?tokens?\b|"
-    r"\bbearer[ _-]?tokens?\b|(?<!\w)\.env\b|\benvironment\s+variables\b"
+    r"\bbearer[ _-]?tokens?\b|\benvironment\s+variables\b"
+    # A .env file, but not the .env.example that documents it.
+    r"|(?<!\w)\.env\b(?!\.(?:example|sample|template|dist|defaults?)\b)"
 )
 # What a tool has no reason to have the model carry into an argument or send away:
 # credentials, the agent's own context, and files named outright (notes.txt, ~/x, .env).
@@ -91,6 +171,20 @@ _COVERT: Final = (
     r"|(?<![\w.~/-])(?>~/[\w./-]+|/(?:etc|home|root|Users)/[\w./-]+|\.[a-z][\w.-]*"
     r"|[\w/-]*\w\w\.(?:txt|json|ya?ml|toml|ini|cfg|conf|env|pem|key|crt|log|csv|md|db|"
     r"sqlite|xml|pdf|docx?|xlsx?))\b"
+)
+# What a URL or shell command has no reason to carry off: the agent's context, secrets.
+_LEAKED: Final = (
+    r"\b(?:contents?|conversation|chat\s+history|message\s+history|history|system\s+prompt|"
+    r"(?:previous|prior)\s+messages|secrets|credentials)\b"
+)
+# Someone's home, system configuration, or a dotfile: ~/.bash_history, /etc/passwd, .env.
+_PRIVATE_PATH: Final = r"(?:~|\$HOME\b|\$\{HOME\}|/etc/|/root/|/home/|/Users/|\.[a-z])"
+_FETCH_AND_RUN: Final = (
+    r"(?:\b(?:curl|wget)\b[^\n|;&]{0,200}?\|[^\S\n]*(?:sudo\s+)?"
+    r"(?:(?:ba|z|da|k|fi)?sh|python[\d.]*|perl|ruby|node)\b"
+    r"|\b(?:(?:ba|z)?sh|python[\d.]*)\s+(?:-c\s+)?['\"]?(?:\$\(|<\()\s*(?:curl|wget)\b"
+    r"|\b(?:iex|invoke-expression)\b[^\n]{0,40}?\b(?:irm|iwr|invoke-restmethod|"
+    r"invoke-webrequest|downloadstring)\b)"
 )
 _SEND_TARGET: Final = rf"\b(?:to|at|via)\s+(?:{_EMAIL}|{_URL})"
 
@@ -114,11 +208,21 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
         "P101",
         _E,
         _rx(
-            r"\b(?:ignore|disregard|forget|override|bypass)\b"
+            _IGNORE
             + _gap(30)
             + r"\b(?:previous|prior|above|earlier|preceding|original|system|safety|security)\b"
             + _gap(20)
-            + r"\b(?:instructions?|prompts?|rules|guidelines|directives|guardrails|policies)\b"
+            + _ORDERS
+            # "ignore any instructions you were given", "… everything you have been told"
+            + r"|"
+            + _IGNORE
+            + _gap(15)
+            + rf"(?:{_ORDERS}|\b(?:everything|anything)\b)"
+            + r"\s+(?:(?:that\s+)?you\s+(?:were|have\s+been|'ve\s+been|had\s+been|got|received)"
+            r"(?:\s+(?:given|told|sent|shown))?\b|given\s+(?:before|earlier|previously|so\s+far)\b)"
+            # "disregard the above", "forget everything above": the sentence ends or goes on.
+            r"|" + _IGNORE + r"\s+(?:(?:all|everything|anything)\s+)?(?:(?:of\s+)?the\s+)?above\b"
+            r"(?=\s*(?:[.,;:!?)]|$|and\b|then\b|instead\b))"
         ),
         "asks the model to override its instructions",
     ),
@@ -128,8 +232,20 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
         _rx(
             r"\b(?:do not|don'?t|never|without)\s+"
             + _gap(15)
-            + r"\b(?:tell|telling|inform|informing|mention|mentioning|notify|notifying|"
-            r"reveal|revealing|disclose|disclosing|alert|alerting)\b" + _gap(25) + r"\b" + _USER
+            # "tell the user"; but "mention the user" (@-mention) and "alert the on-call
+            # user twice" say nothing about keeping a secret: those need "to the user" or
+            # "the user" right after the verb.
+            + r"(?:\b(?:tell|telling|inform|informing)\b"
+            + _gap(25)
+            + r"\b"
+            + _AUDIENCE
+            + r"|\b(?:mention|mentioning|reveal|revealing|disclose|disclosing)\b"
+            + _gap(25)
+            + r"\bto\s+"
+            + _AUDIENCE
+            + r"|\b(?:notify|notifying|alert|alerting)\s+"
+            + _AUDIENCE
+            + r"(?!\s+(?:twice|again|more|unless|until)\b))"
         ),
         "tells the model to keep something from the user",
     ),
@@ -142,6 +258,8 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
             + r"\b(?:must|should|need|needs|will|does|do|can)\s*(?:not|never|n't)\s+"
             + _gap(10)
             + r"\b(?:know|see|notice|be told|be informed|find out|learn)\b"
+            # What is kept from the user is the action itself, not "raw ANSI codes".
+            + _KEPT_FROM_USER
         ),
         "says the user must not know or see something",
     ),
@@ -158,10 +276,21 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
         "P101",
         _E,
         _rx(
-            r"\b(?:hidden|hide|conceal(?:ed)?|invisible|secretly|silently|quietly)\b"
+            # "Hide this from the user", "must stay hidden from the user"; not "hide the
+            # post from users until approved" or "it becomes invisible to users".
+            r"\b(?:hide|hiding|conceal|concealing|keep|keeping)\s+"
+            r"(?:this|it|that|these|them|everything|anything|the\s+fact)\b"
             + _gap(30)
-            + r"\b(?:from|to)\s+"
-            + _USER
+            + r"\bfrom\s+"
+            + _AUDIENCE
+            + r"|\b(?:keep|kept|remain|remains|stay|stays|must\s+be|should\s+be|to\s+be)\s+"
+            r"(?:\w+\s+)?(?:hidden|invisible|concealed|secret)\s+(?:from|to)\s+"
+            + _AUDIENCE
+            + r"|\b(?:secretly|silently|quietly|covertly)\b"
+            + _gap(30)
+            + r"\bfrom\s+"
+            + _AUDIENCE
+            + r"(?!['\u2019]s\b)"
         ),
         "hides something from the user",
     ),
@@ -239,6 +368,10 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
             r"include|attach|append|embed|send|forward|upload|share|copy|paste|print)\w*\s+"
             + _gap(40)
             + rf"(?:{_CREDENTIAL})"
+            # An HTTP tool's own auth header, and secrets the tool masks, are not leaks.
+            + r"(?!\s+(?:as|in|via)\s+(?:an?\s+|the\s+)?['\"`]?(?:authorization|bearer)\b"
+            r"|\s+(?:are|is|will\s+be|gets?)\s+(?:masked|redacted|hidden|omitted|removed|stripped|"
+            r"excluded|never)\b)"
         ),
         "asks to read or pass on credentials",
     ),
@@ -308,15 +441,67 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
         ),
         "asks to put covert contents into an argument",
     ),
+    _Pattern(
+        "P103",
+        _E,
+        _rx(
+            # A URL whose query carries the agent's context: "…?data=<file contents>".
+            r"(?<![\w+.-])[a-z][a-z0-9+.-]*://[^\s\"'`<>?]{1,200}\?[^\s\"'`<>]{0,200}?=[<{]"
+            + rf"[^<>{{}}\n]{{0,30}}?(?:{_LEAKED})[^<>{{}}\n]{{0,30}}?[>}}]"
+            # "append the file contents to the query string of https://…"
+            + r"|\b(?:append|add|attach|put|include|encode|embed|insert)\w*\s+"
+            + _gap(40)
+            + rf"(?:{_LEAKED})"
+            + _gap(40)
+            + r"\b(?:query\s*string|query\s+param(?:eter)?s?|url|link)\b"
+            + _gap(20)
+            + _URL
+        ),
+        "carries covert data in a URL",
+    ),
+    _Pattern(
+        "P103",
+        _E,
+        _rx(
+            # curl -d @~/.bash_history, wget --post-file=/etc/…, cat ~/.netrc | nc …
+            r"\b(?:curl|wget)\b[^\n|;&]{0,80}?(?:@|--post-file[= ]|--upload-file[= ]|-T\s+)['\"]?"
+            + _PRIVATE_PATH
+            + r"|\b(?:scp|rsync)\s+(?:-\S+\s+){0,5}['\"]?"
+            + _PRIVATE_PATH
+            + r"|\bcat\s+['\"]?"
+            + _PRIVATE_PATH
+            + r"[^\n|;&]{0,80}\|\s*(?:curl|wget|nc|ncat|netcat)\b"
+        ),
+        "uploads a local file from a shell command",
+    ),
+    _Pattern(
+        "P103",
+        _E,
+        _rx(
+            # An order to run a downloaded script: curl … | sh, bash -c "$(curl …)".
+            r"\b(?:run|execute|exec|prefix|paste|type|enter)\b[^\S\n]*:?"
+            + _gap(40)
+            + _FETCH_AND_RUN
+        ),
+        "runs a script fetched from the network",
+    ),
+    _Pattern(
+        "P103",
+        _W,
+        # The same as installation notes ("install with: curl … | sh"), which benign
+        # READMEs carry; a description the model reads should not, so it is still noted.
+        _rx(_FETCH_AND_RUN),
+        "pipes a downloaded script into a shell",
+    ),
     # P104: instructions about other tools (shadowing).
     _Pattern(
         "P104",
         _E,
         _rx(
-            r"\b(?:when|whenever|each\s+time|every\s+time|any\s*time|if)\b\s+"
+            r"\b(?:when|whenever|each\s+time|every\s+time|any\s*time|if|after|once)\b\s+"
             r"(?:you\s+|the\s+(?:agent|assistant|model|ai)\s+)?"
             r"(?:use|call|invoke|run|execute|using|calling|invoking)s?\s+(?:the\s+)?"
-            + _TOOL_REF
+            + _OTHER_TOOL
             + r"(?:\s+(?:tool|function))?"
             + _gap(80)
             + r"\b(?:must|always|also|make\s+sure|ensure|set|include|add|change|replace|"
@@ -329,9 +514,9 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
         "P104",
         _E,
         _rx(
-            r"\bevery\s+(?:single\s+)?" + _TOOL_REF + r"(?:\s+(?:tool|function))?\s+call"
+            r"\bevery\s+(?:single\s+)?" + _OTHER_TOOL + r"(?:\s+(?:tool|function))?\s+call"
             r"|\b(?:calls?|requests?|invocations?)\s+(?:to|of)\s+(?:the\s+)?"
-            + _TOOL_REF
+            + _OTHER_TOOL
             + r"(?:\s+(?:tool|function))?"
             + _gap(30)
             + r"\b(?:must|should|need\s+to|have\s+to|shall)\b"
@@ -376,7 +561,9 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
             r"end_header_id|begin_of_text)\|>|\[/?(?:SYSTEM|INST|SYS)\]|<</?SYS>>|"
             r"</?(?:system|assistant|system[_-]prompt|system[_-]message|system-reminder)\s*>|"
             # Horizontal blanks only: \s would also run over every following line break.
-            r"(?:^|\n)[^\S\n]*(?:system|assistant)[^\S\n]*:",
+            # A line starts after any line break: LF, a lone CR, U+0085, U+2028/9.
+            r"(?:^|[\n\r\x85\u2028\u2029])[^\S\n\r\x85\u2028\u2029]*(?:system|assistant)"
+            r"[^\S\n\r\x85\u2028\u2029]*:",
             re.IGNORECASE,
         ),
         "holds a chat role or system marker",
@@ -455,6 +642,10 @@ _FILLERS: Final = re.compile("[\u034f\u115f\u1160\u17b4\u17b5\u3164\uffa0]")
 # payload (a byte per selector).
 _SELECTORS: Final = re.compile("[\u180b-\u180d\u180f\ufe00-\ufe0f\U000e0100-\U000e01ef]")
 _MONGOLIAN_SELECTORS: Final = frozenset("\u180b\u180c\u180d\u180f")
+# Private-use characters: icon fonts draw some, but one inside a word only splits it.
+_PRIVATE_USE_IN_WORD: Final = re.compile(
+    "(?<=[^\\W\\d_])(?>[\ue000-\uf8ff\U000f0000-\U000ffffd\U00100000-\U0010fffd]+)(?=[^\\W\\d_])"
+)
 _BIDI: Final = re.compile("[\u202a-\u202e\u2066-\u2069]")
 _DIRECTION_MARKS: Final = re.compile("[\u200e\u200f\u061c]")
 # P113: C0/C1 controls other than tab, LF and CR. ESC and CSI start ANSI sequences that
@@ -462,7 +653,9 @@ _DIRECTION_MARKS: Final = re.compile("[\u200e\u200f\u061c]")
 _CONTROL: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 # P106: markup a rendered description hides, and pseudo-tags that frame orders.
-_COMMENT: Final = re.compile(r"<!--|\[//\]:\s*#|<!\[CDATA\[", re.IGNORECASE)
+# A markdown link definition to nowhere ("[//]: # (…)", "[comment]: <> (…)") is not
+# rendered, so its title is a comment.
+_COMMENT: Final = re.compile(r"<!--|\[[^\]\n]{0,40}\]:[^\S\n]*(?:#|<>)|<!\[CDATA\[", re.IGNORECASE)
 # Upper-case HTML elements (<TABLE>) are markup, not orders.
 _HTML_ELEMENTS: Final = (
     "ABBR|ADDRESS|ARTICLE|ASIDE|AUDIO|BASE|BLOCKQUOTE|BODY|BUTTON|CANVAS|CAPTION|CENTER|"
@@ -472,12 +665,21 @@ _HTML_ELEMENTS: Final = (
     "RUBY|SAMP|SCRIPT|SEARCH|SECTION|SELECT|SLOT|SMALL|SOURCE|SPAN|STRONG|STYLE|SUMMARY|"
     "TABLE|TBODY|TEMPLATE|TEXTAREA|TFOOT|THEAD|TIME|TITLE|TRACK|VIDEO"
 )
+_TAG_WORDS: Final = (
+    "important|instructions?|information|secret|hidden|admin|critical|override|priority|"
+    "context|rules"
+)
+# Attributes do not make a tag markup: <IMPORTANT priority="high">.
+_ATTRIBUTES: Final = (
+    r"""(?:\s+[\w:-]{1,40}\s*=\s*(?:"[^"<>]{0,200}"|'[^'<>]{0,200}'|[^\s"'<>=]{1,200}))*"""
+)
 _INSTRUCTION_TAG: Final = re.compile(
     # Not a regex named group, (?<NAME>…) or (?P<NAME>…): schemas' patterns are scanned.
     r"(?<!\(\?)(?<!\(\?P)<\s*/?\s*"
-    rf"(?:(?!(?:{_HTML_ELEMENTS})\s*>)[A-Z][A-Z_-]{{3,}}|(?i:important|instructions?|"
-    r"information|secret|hidden|admin|critical|override|priority|context|rules|"
-    r"tool[_-]instructions?))\s*>"
+    rf"(?:(?!(?:{_HTML_ELEMENTS})(?![A-Z_-]))[A-Z][A-Z_-]{{3,}}|(?i:(?:{_TAG_WORDS})"
+    # <tool_instructions>, <system-note>, <hidden-instructions>: not <system_id>.
+    rf"|(?:tool|system|hidden|secret|admin|important)[_-](?:{_TAG_WORDS}|notes?|"
+    rf"messages?|reminders?|prompts?|directives?|notices?))){_ATTRIBUTES}\s*/?\s*>"
 )
 # P107: a run of blanks wide or tall enough to scroll content out of a reviewer's view.
 # Any whitespace counts, and characters that render blank without being whitespace.
@@ -517,12 +719,13 @@ _HIDE_PARAMETER: Final = _rx(
     r"(?:know|see)\b|\binternal\s+use\s+only\b"
 )
 # P111: a parameter whose name asks who the caller is, or for what it was told.
+# snake_case, camelCase or kebab-case: llm_model_name, llmModelName, llm-model-name.
 _CALLER_IDENTITY_NAME: Final = re.compile(
-    r"(?:llm|caller|calling)_?(?:model_?)?(?:name|id|identity|version|type)", re.IGNORECASE
+    r"(?:llm|caller|calling)[_-]?(?:model[_-]?)?(?:name|id|identity|version|type)", re.IGNORECASE
 )
 _AGENT_CONTEXT_NAME: Final = re.compile(
-    r"(?:system_?prompt|conversation_?history|chat_?history|previous_?messages|"
-    r"message_?history|available_?tools)",
+    r"(?:system[_-]?prompt|conversation[_-]?history|chat[_-]?history|previous[_-]?messages|"
+    r"message[_-]?history|available[_-]?tools)",
     re.IGNORECASE,
 )
 _IMPERATIVE: Final = _rx(
@@ -587,27 +790,46 @@ _FOLD: Final = str.maketrans(
     "".join(latin for _, latin in _LOOK_ALIKES),
     "\u115f\u1160\u3164\uffa0",
 )
-# Format, unassigned and combining characters: invisible, or diacritics over a letter.
-_UNSEEN_CATEGORIES: Final = frozenset({"Cf", "Cn", "Mn", "Me"})
+# Format, unassigned, private-use and combining characters: invisible (or a glyph no
+# standard font has), or diacritics over a letter.
+_UNSEEN_CATEGORIES: Final = frozenset({"Cf", "Cn", "Co", "Mn", "Me"})
+_NUMERIC_ENTITY: Final = re.compile(r"&#(?:0*(\d{1,7})|[xX]0*([0-9a-fA-F]{1,6}));")
 
 
-def check_poisoning(view: ToolView) -> list[Finding]:
-    """Run every ``P`` rule on one definition."""
+def check_poisoning(view: ToolView, budget: TextBudget | None = None) -> list[Finding]:
+    """Run every ``P`` rule on one definition.
+
+    Args:
+        view: The definition.
+        budget: How much text may be read; :data:`MAX_DEFINITION_CHARS` when None. The
+            first string past it draws a ``P114`` error and no later string is read.
+    """
+    if budget is None:
+        budget = TextBudget(MAX_DEFINITION_CHARS, scope="definition")
     findings: list[Finding] = []
     lines: dict[str, str] = {}  # each string read, folded onto one line
+    seen: dict[str, list[tuple[str, Severity, str]]] = {}  # a repeated string is read once
     for text, pointer in iter_texts(view.raw, ""):
         text = _model_text(text, pointer)
-        hits, lines[text] = _scan(text, view.name)
+        if text not in seen:
+            if not budget.take(text):
+                findings.append(Finding(view.name, "P114", _E, pointer, budget.spent_message()))
+                break
+            seen[text], lines[text] = _scan(text, view.name)
+        hits = seen[text]
         findings.extend(
             Finding(view.name, rule, severity, pointer, message) for rule, severity, message in hits
         )
     for members, pointer in iter_siblings(view.raw, ""):
-        parts = [lines[_model_text(text, member)] for text, member in members]
+        texts = [_model_text(text, member) for text, member in members]
+        if not all(text in lines for text in texts):
+            continue  # past the budget
+        parts = [lines[text] for text in texts]
         findings.extend(
             Finding(view.name, rule, severity, pointer, message)
             for rule, severity, message in _scan_split(parts, view.name)
         )
-    findings.extend(_parameters(view))
+    findings.extend(_parameters(view, lines))
     # A key and its value share a pointer: the same text in both is one finding.
     return list(dict.fromkeys(findings))
 
@@ -715,9 +937,14 @@ def _matches(
 
 
 def _names_itself(fragment: str, tool: str) -> bool:
-    """Whether every tool reference in a match is the tool's own name."""
-    refs = {ref.strip("`'\"").casefold() for ref in _TOOL_NAME.findall(fragment)}
-    return refs == {tool.casefold()}
+    """Whether every tool reference in a match is the tool's own name.
+
+    A one-word reference may be a word of that name: ``fetch_url`` calling itself "the
+    fetch tool" is still talking about itself.
+    """
+    words = {word.casefold() for word in _NAME_PARTS.findall(tool)}
+    refs = [ref.casefold() for ref in _TOOL_NAME.findall(fragment)]
+    return bool(refs) and all(ref.strip("`'\"") == tool.casefold() or ref in words for ref in refs)
 
 
 def _raw_checks(text: str) -> Iterator[tuple[str, Severity, str]]:
@@ -727,6 +954,7 @@ def _raw_checks(text: str) -> Iterator[tuple[str, Severity, str]]:
         (_FILLERS.findall(text), "invisible filler characters"),
         (_BIDI.findall(text), "bidirectional control characters"),
         (_stray_selectors(text), "stray variation selectors"),
+        (list("".join(_PRIVATE_USE_IN_WORD.findall(text))), "private-use characters in words"),
     ):
         if found:
             yield "P105", _E, f"{len(found)} {what} ({_code_points(found)})"
@@ -825,13 +1053,13 @@ def _code_points(found: list[str]) -> str:
     return ", ".join(sorted({f"U+{ord(c):04X}" for c in found})[:4])
 
 
-def _parameters(view: ToolView) -> Iterator[Finding]:
+def _parameters(view: ToolView, lines: dict[str, str]) -> Iterator[Finding]:
+    """``P110`` and ``P111`` on each parameter; ``lines`` are the strings read, folded
+    (a description not among them was past the budget)."""
     for name, prop, pointer in iter_properties(view.input_schema, view.pointer(view.input_key)):
         yield from _agent_context_parameter(view, name, pointer)
         description = prop.get("description")
-        if not isinstance(description, str):
-            description = ""
-        text = _one_line(_visible(description[:MAX_TEXT_CHARS]))
+        text = lines.get(description, "") if isinstance(description, str) else ""
         hide = _HIDE_PARAMETER.search(text)
         if hide:
             yield Finding(
@@ -887,12 +1115,22 @@ def _visible(text: str) -> str:
     At most one character past :data:`MAX_TEXT_CHARS` is kept: decomposition can make
     a text 18 times longer (U+FDFA), and the caller reports one that grew past it.
     """
+    if "&#" in text:
+        text = _NUMERIC_ENTITY.sub(_decode_entity, text)
     if text.isascii():
         return text
     decomposed = unicodedata.normalize("NFKD", text.translate(_FOLD))
     seen = (c for c in decomposed if unicodedata.category(c) not in _UNSEEN_CATEGORIES)
     # Only the first pass drops fillers (NFKD makes none), so the cut keeps its length.
     return "".join(islice(seen, MAX_TEXT_CHARS + 1)).translate(_FOLD)
+
+
+def _decode_entity(match: re.Match[str]) -> str:
+    """A numeric character reference as the character it stands for (``&#111;`` is
+    ``o``): a model reads ``Ign&#111;re`` as "Ignore"."""
+    decimal, hexadecimal = match.groups()
+    code = int(decimal) if decimal else int(hexadecimal, 16)
+    return chr(code) if 0 < code <= sys.maxunicode else match.group()
 
 
 def _one_line(visible: str) -> str:

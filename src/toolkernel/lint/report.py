@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 from urllib.parse import quote_from_bytes
 
-from toolkernel.lint.findings import RULES, Finding, LintInputError, Severity
+from toolkernel.lint.findings import FILE_TOOL, RULES, Finding, LintInputError, Severity
 from toolkernel.lint.linter import lint_document
 from toolkernel.lint.loaders import load_path
 from toolkernel.terminal import printable
@@ -20,9 +20,6 @@ Format = Literal["text", "json", "sarif"]
 
 EXIT_CLEAN: Final = 0
 EXIT_ERRORS: Final = 1
-
-# The ``tool`` of an ``F001`` finding: the whole file failed, not one tool in it.
-FILE_TOOL: Final = "<file>"
 
 SARIF_SCHEMA: Final = "https://json.schemastore.org/sarif-2.1.0.json"
 # The base that relative file paths in SARIF output are relative to: the directory
