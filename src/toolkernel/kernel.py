@@ -1549,6 +1549,7 @@ class _Running:
 _RUNNING: Final[ContextVar[_Running | None]] = ContextVar("toolkernel_running", default=None)
 _RUN_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 
+_MAX_TOOL_NAME: Final = 128  # the longest name a definition may have (definition.py)
 _TEXT_FIELDS: Final = (
     "tool_name",
     "tool_call_id",
@@ -1601,6 +1602,10 @@ def _storable(call: ToolCall) -> ToolCall:
             # The caller's mistake, not the model's: nothing is recorded or run.
             raise TypeError(f"ToolCall.{name} must be a string, not {type(text).__name__}")
         stored = utf8_text(text.replace("\0", "\\x00"))  # no database text holds NUL
+        if name == "tool_name" and len(stored) > _MAX_TOOL_NAME:
+            # No tool has such a name: recorded cut, it is refused as unknown all the
+            # same, and a client cannot grow the ledger by megabytes a call with it.
+            stored = stored[:_MAX_TOOL_NAME] + "…"
         if stored != text:
             changes[name] = stored
     return replace(call, **changes) if changes else call

@@ -1581,3 +1581,19 @@ async def test_a_failure_closing_the_ledger_does_not_replace_a_recorded_result(
     [result] = outcome
     assert (result.status, result.error_code) == (Status.CANCELLED, ErrorCode.RUNTIME_STOPPED)
     assert any("closing the kernel" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_tool_name_longer_than_any_tool_has_is_recorded_cut_and_unknown(kernel_factory):
+    """A client cannot grow the ledger by megabytes a call with a name (it was stored
+    whole in the REQUEST and the RESULT)."""
+    kernel = kernel_factory()
+    run = kernel.start_run()
+    name = "x" * 3_000_000
+
+    result = await kernel.call(run, name, {})
+
+    assert (result.status, result.error_code) == (Status.DENIED, ErrorCode.UNKNOWN_TOOL)
+    stored = kernel.ledger.events(run.id)
+    assert [e.type for e in stored] == [EventType.TOOL_CALL_REQUEST, EventType.TOOL_CALL_RESULT]
+    assert stored[0].payload["toolName"] == "x" * 128 + "…"
+    assert sum(len(json.dumps(e.payload)) for e in stored) < 10_000
