@@ -7,9 +7,14 @@ fare and why, in docs/mcp-clients.md.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -17,10 +22,19 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import anyio
+import httpx
 import mcp_types as types
 import pytest
+from fixtures.bridge_support import (
+    FIXTURE_SERVER,
+    OPEN_POLICY,
+    recorded_pids,
+    running,
+    wait_for_line,
+)
 from mcp import Client
 from starlette.datastructures import Headers
+from starlette.responses import Response
 
 sys.path.insert(0, str(Path(__file__).parent / "gateway_fixtures"))
 
@@ -29,7 +43,7 @@ from gateway_harness import WAIT_S, HttpGateway, ledger_events, make_workspace
 from toolkernel.cli import main as cli_main
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.errors import UsageError
-from toolkernel.ledger import EventType
+from toolkernel.ledger import EventType, LedgerError, SqliteLedger
 from toolkernel.mcp.gateway import _Allowed, _allowed, check_host
 from toolkernel.mcp.gateway_render import PROJECTION_META, RUN_META
 
@@ -260,14 +274,8 @@ def test_requests_too_deep_or_too_long_for_json_readers_get_a_parse_error(
     assert '"id":3' in ping.text.replace(" ", "")
 
 
-def test_a_call_cut_short_by_stopping_the_server_is_recorded_as_a_shutdown(
-    workspace: Path,
-) -> None:
-    """SIGTERM to `serve --transport http` mid-call: the ledger says the runtime was
-    stopped (RUNTIME_STOPPED), not that a user cancelled the call."""
-    from gateway_harness import wait_for_result
-
-    server = HttpGateway(workspace)
+def _stopped_mid_call(server: HttpGateway) -> str:
+    """SIGTERM to the gateway while a client's call of ``fixture.wait`` runs; the run's id."""
     run_ids: list[str] = []
 
     async def main() -> None:
@@ -296,8 +304,163 @@ def test_a_call_cut_short_by_stopping_the_server_is_recorded_as_a_shutdown(
                     group.cancel_scope.cancel()
 
     anyio.run(main)
-    recorded = anyio.run(wait_for_result, workspace, run_ids[0], "fixture.wait")
+    return run_ids[0]
+
+
+def test_a_call_cut_short_by_stopping_the_server_is_recorded_as_a_shutdown(
+    workspace: Path,
+) -> None:
+    """SIGTERM to `serve --transport http` mid-call: the ledger says the runtime was
+    stopped (RUNTIME_STOPPED), not that a user cancelled the call."""
+    from gateway_harness import wait_for_result
+
+    run_id = _stopped_mid_call(HttpGateway(workspace))
+    recorded = anyio.run(wait_for_result, workspace, run_id, "fixture.wait")
     assert (recorded["status"], recorded["errorCode"]) == (
         Status.CANCELLED,
         ErrorCode.RUNTIME_STOPPED,
     )
+
+
+def test_stopping_mid_call_says_so_in_one_line_and_logs_no_error_for_what_it_cut(
+    workspace: Path,
+) -> None:
+    """The responses a stop ends on purpose (the call's, the session's stream) are no
+    errors of the ASGI application: the operator reads one line saying what happens."""
+    server = HttpGateway(workspace)
+    _stopped_mid_call(server)
+    log = "".join(server.stderr)
+    assert [line for line in server.stderr if "stopping on" in line] == [
+        "toolkernel serve: stopping on SIGTERM\n"
+    ], log
+    assert "ERROR" not in log
+    assert "without completing response" not in log
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_second_signal_kills_a_bridged_server_that_ignores_the_first(
+    tmp_path: Path, record: Path, signum: signal.Signals
+) -> None:
+    """As over stdio: while the gateway waits for a bridged server that ignores SIGTERM
+    and outlives its stdin, a second signal kills it and what it started, instead of
+    ending the gateway with them left running."""
+    options = ["--record", str(record), "--children", "--stubborn"]
+    command = json.dumps([sys.executable, str(FIXTURE_SERVER), *options])
+    config = f'{OPEN_POLICY}\n[[mcp.servers]]\nname = "fx"\ncommand = {command}\n'
+    server = HttpGateway(make_workspace(tmp_path / "ws", config))
+    processes = recorded_pids(record)  # the server is connected before the gateway listens
+    server.process.send_signal(signum)
+
+    async def stopping() -> None:
+        with anyio.fail_after(WAIT_S):
+            await wait_for_line(record, "stdin closed")  # the gateway is stopping it
+
+    anyio.run(stopping)
+    server.process.send_signal(signum)
+    code = server.process.wait(timeout=WAIT_S)
+    left = {name: pid for name, pid in processes.items() if running(pid)}
+    for pid in left.values():  # they would hold the gateway's stderr open for good
+        os.kill(pid, signal.SIGKILL)
+    server.stop()
+    log = "".join(server.stderr)
+    assert sorted(processes) == ["child", "daemon", "server"]
+    assert left == {}, log
+    assert code == 0, log
+    assert f"stopping now on {signum.name}" in log
+
+
+MODERN = "2026-07-28"
+
+
+def test_a_2026_07_28_call_in_flight_ends_when_the_server_is_stopped(workspace: Path) -> None:
+    """Such a call runs in its HTTP request's own task, which uvicorn waited for: the
+    server went on until the call ended by itself, and the ledger said SUCCEEDED."""
+    from gateway_harness import wait_for_result
+
+    server = HttpGateway(workspace)
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": "shell.run",
+    }
+    # A command: its STARTED is stored before it runs (a read-only call's only after).
+    arguments = {"argv": ["sleep", "30"]}
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "shell.run", "arguments": arguments, "_meta": meta},
+    }
+
+    def call() -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            httpx.post(server.url, headers=headers, json=body, timeout=WAIT_S)
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    try:
+        wait_until_started(workspace, "shell.run")
+    finally:
+        started = time.monotonic()
+        assert server.stop() == 0
+    assert time.monotonic() - started < 10
+    run_id = next(iter_run_ids(workspace))
+    recorded = anyio.run(wait_for_result, workspace, run_id, "shell.run")
+    assert (recorded["status"], recorded["errorCode"]) == (
+        Status.CANCELLED,
+        ErrorCode.RUNTIME_STOPPED,
+    )
+
+
+def wait_until_started(workspace: Path, tool: str) -> None:
+    """Until the ledger holds the STARTED event of a call of ``tool``."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        path = workspace / ".toolkernel" / "ledger.db"
+        with contextlib.suppress(LedgerError), SqliteLedger(path, read_only=True) as ledger:
+            for run in ledger.runs():
+                if any(
+                    e.type is EventType.TOOL_CALL_STARTED and e.payload["toolName"] == tool
+                    for e in ledger.events(run.run_id)
+                ):
+                    return
+        time.sleep(0.05)
+    pytest.fail(f"{tool} never started")
+
+
+def iter_run_ids(workspace: Path) -> Iterator[str]:
+    with SqliteLedger(workspace / ".toolkernel" / "ledger.db", read_only=True) as ledger:
+        yield from (run.run_id for run in ledger.runs())
+
+
+def test_a_page_of_an_allowed_origin_gets_the_cors_answers_a_browser_needs() -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await Response("ok", headers={"mcp-session-id": "s1"})(scope, receive, send)
+
+    guarded = _allowed("127.0.0.1", 8000, origins=["https://app.example"]).guard(app)
+
+    async def main() -> tuple[httpx.Response, httpx.Response, httpx.Response]:
+        transport = httpx.ASGITransport(app=guarded)
+        base = "http://127.0.0.1:8000"
+        async with httpx.AsyncClient(transport=transport, base_url=base) as client:
+            page = {"Origin": "https://app.example"}
+            preflight = await client.options(
+                "/mcp", headers={**page, "Access-Control-Request-Method": "POST"}
+            )
+            posted = await client.post("/mcp", headers=page, content=b"{}")
+            plain = await client.post("/mcp", content=b"{}")
+        return preflight, posted, plain
+
+    preflight, posted, plain = anyio.run(main)
+    assert preflight.status_code == 204
+    assert preflight.headers["access-control-allow-origin"] == "https://app.example"
+    assert "mcp-session-id" in preflight.headers["access-control-allow-headers"]
+    assert posted.headers["access-control-allow-origin"] == "https://app.example"
+    assert "mcp-session-id" in posted.headers["access-control-expose-headers"]
+    assert "access-control-allow-origin" not in plain.headers  # no page, no CORS

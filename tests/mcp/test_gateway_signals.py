@@ -1,5 +1,7 @@
 """``toolkernel serve`` over stdio stops on SIGTERM and SIGINT, even while its client
-keeps stdin open: the calls in flight are concluded, the kernel closed, the ledger whole.
+keeps stdin open: the calls in flight are concluded, the kernel closed, the ledger whole,
+and the bridged servers stopped with whatever they started. A second signal kills the
+bridged servers rather than leave them running.
 
 Each test starts ``python -m toolkernel serve`` as a subprocess whose stdin is a pipe
 the test holds open until the server has exited.
@@ -18,6 +20,13 @@ from typing import Any
 import anyio
 import pytest
 from anyio.abc import Process
+from fixtures.bridge_support import (
+    FIXTURE_SERVER,
+    OPEN_POLICY,
+    recorded_pids,
+    running,
+    wait_for_line,
+)
 
 sys.path.insert(0, str(Path(__file__).parent / "gateway_fixtures"))
 
@@ -34,6 +43,7 @@ from toolkernel.codes import ErrorCode, Status
 from toolkernel.mcp.gateway_render import RUN_META
 
 STOP_SIGNALS = [signal.SIGTERM, signal.SIGINT]
+STOPS = ["stdin closed", *STOP_SIGNALS]
 
 HANDSHAKE: list[dict[str, Any]] = [
     *RAW_HANDSHAKE,
@@ -142,5 +152,137 @@ start_timeout_ms = 60000
     assert "Traceback" not in errors
     with pytest.raises(ProcessLookupError):  # the server that was starting is gone too
         os.kill(int(started.read_text()), 0)
+    verified = verify_ledger(workspace)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+# A bridged fixture server, listed, with a call of its ``slow`` in flight.
+SLOW_CALL: list[dict[str, Any]] = [
+    *RAW_HANDSHAKE,
+    {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+    {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "fx.slow"}},
+]
+
+
+def bridging_workspace(root: Path, record: Path, *options: str) -> Path:
+    """A workspace whose ``serve`` bridges the fixture server (as ``fx``) with ``options``."""
+    command = [PYTHON, str(FIXTURE_SERVER), "--record", str(record), *options]
+    server = f'[[mcp.servers]]\nname = "fx"\ncommand = {json.dumps(command)}\n'
+    return make_workspace(root, config=OPEN_POLICY + server)
+
+
+async def slow_call_running(process: Process, record: Path) -> str:
+    """Send ``SLOW_CALL``; the run's id once ``fx.slow`` runs in the bridged server."""
+    assert process.stdin is not None
+    await process.stdin.send("".join(json.dumps(m) + "\n" for m in SLOW_CALL).encode())
+    seen = await messages_until(process, lambda m: m.get("id") == 2)
+    await wait_for_line(record, "started slow")
+    return str(next(m for m in seen if m.get("id") == 2)["result"]["_meta"][RUN_META])
+
+
+async def open_logging_gateway(workspace: Path) -> Process:
+    """``open_gateway`` with its stderr in ``serve.log`` beside the workspace: a process
+    left running would hold a pipe open, and reading it would wait for that process."""
+    command = [PYTHON, "-m", "toolkernel", "serve", "--workspace", str(workspace)]
+    with (workspace.parent / "serve.log").open("wb") as log:
+        env = {**os.environ, **server_env()}
+        return await anyio.open_process(command, env=env, cwd=workspace, stderr=log)
+
+
+def serve_log(workspace: Path) -> str:
+    return (workspace.parent / "serve.log").read_text(encoding="utf-8", errors="replace")
+
+
+async def stopped_by(process: Process, how: str | signal.Signals) -> int:
+    """Stop the gateway by closing its stdin or by a signal; its exit status."""
+    assert process.stdin is not None
+    if isinstance(how, signal.Signals):
+        process.send_signal(how)
+    else:
+        await process.stdin.aclose()
+    return await process.wait()
+
+
+@pytest.mark.parametrize("how", STOPS, ids=lambda how: getattr(how, "name", "EOF"))
+def test_what_a_bridged_server_started_is_gone_when_serve_stops(
+    tmp_path: Path, record: Path, how: str | signal.Signals
+) -> None:
+    """The fixture server exits when its stdin closes, leaving its helpers (one in its
+    process group, one in a session of its own) behind, unless serve stops them."""
+    workspace = bridging_workspace(tmp_path / "ws", record, "--children")
+
+    async def main() -> tuple[dict[str, int], int]:
+        with anyio.fail_after(WAIT_S):
+            async with await open_logging_gateway(workspace) as process:
+                await slow_call_running(process, record)
+                helpers = recorded_pids(record)
+                assert all(running(pid) for pid in helpers.values())
+                code = await stopped_by(process, how)
+        return helpers, code
+
+    helpers, code = anyio.run(main)
+    assert code == 0, serve_log(workspace)
+    assert sorted(helpers) == ["child", "daemon"]
+    assert {name: pid for name, pid in helpers.items() if running(pid)} == {}
+
+
+@pytest.mark.parametrize("signum", STOP_SIGNALS, ids=lambda s: s.name)
+def test_stopping_serve_mid_call_does_not_say_the_bridged_server_is_restarted(
+    tmp_path: Path, record: Path, signum: signal.Signals
+) -> None:
+    """The server answers; it is closed because serve stops, not for being stuck."""
+    workspace = bridging_workspace(tmp_path / "ws", record)
+
+    async def main() -> tuple[str, int]:
+        with anyio.fail_after(WAIT_S):
+            async with await open_logging_gateway(workspace) as process:
+                run_id = await slow_call_running(process, record)
+                code = await stopped_by(process, signum)
+        return run_id, code
+
+    run_id, code = anyio.run(main)
+    errors = serve_log(workspace)
+    assert code == 0, errors
+    assert f"stopping on {signum.name}" in errors
+    assert "not answering" not in errors
+    assert "restarted" not in errors
+    recorded = anyio.run(wait_for_result, workspace, run_id, "fx.slow")
+    assert (recorded["status"], recorded["errorCode"]) == (
+        Status.CANCELLED,
+        ErrorCode.RUNTIME_STOPPED,
+    )
+
+
+@pytest.mark.parametrize("signum", STOP_SIGNALS, ids=lambda s: s.name)
+def test_a_second_signal_kills_a_bridged_server_that_ignores_the_first(
+    tmp_path: Path, record: Path, signum: signal.Signals
+) -> None:
+    """The server ignores SIGTERM and SIGINT and stays up after its stdin closes, so
+    stopping it takes the SDK's whole escalation; a second signal while serve waits for
+    it kills it and its helpers instead of ending serve with them left running."""
+    workspace = bridging_workspace(tmp_path / "ws", record, "--children", "--stubborn")
+
+    async def main() -> tuple[str, dict[str, int], int]:
+        with anyio.fail_after(WAIT_S):
+            async with await open_logging_gateway(workspace) as process:
+                run_id = await slow_call_running(process, record)
+                processes = recorded_pids(record)
+                process.send_signal(signum)
+                await wait_for_line(record, "stdin closed")  # serve is stopping it
+                code = await stopped_by(process, signum)
+        return run_id, processes, code
+
+    run_id, processes, code = anyio.run(main)
+    errors = serve_log(workspace)
+    assert code == 0, errors
+    assert "Traceback" not in errors
+    assert f"stopping now on {signum.name}" in errors
+    assert sorted(processes) == ["child", "daemon", "server"]
+    assert {name: pid for name, pid in processes.items() if running(pid)} == {}
+    recorded = anyio.run(wait_for_result, workspace, run_id, "fx.slow")
+    assert (recorded["status"], recorded["errorCode"]) == (
+        Status.CANCELLED,
+        ErrorCode.RUNTIME_STOPPED,
+    )
     verified = verify_ledger(workspace)
     assert verified.returncode == 0, verified.stdout + verified.stderr

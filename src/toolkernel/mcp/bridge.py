@@ -49,6 +49,11 @@ are not JSON-RPC are logged once per start, in place of the SDK's traceback a li
 ``MAX_BAD_LINES`` of them in a row disconnect it as broken. What it writes on stderr
 goes through a pipe of its own to the bridge's ``errlog``: servers never share our
 stderr, which one of them could make non-blocking for all (Node.js does).
+
+Stopping: when a connection closes, the SDK stops its stdio server (stdin closed,
+grace, SIGTERM and SIGKILL to its process group); then what an unsandboxed server
+started is stopped too, in its group or not (``server_tree``), so that nothing of it
+outlives the bridge. ``kill_servers`` kills them all at once, for a shutdown in a hurry.
 """
 
 from __future__ import annotations
@@ -98,6 +103,7 @@ from pydantic import ValidationError
 
 from toolkernel.artifacts import ArtifactStore
 from toolkernel.calls import ArtifactRef
+from toolkernel.cancel import CancellationToken
 from toolkernel.canonical import sha256_of
 from toolkernel.codes import ErrorCode, safe_field, safe_message
 from toolkernel.definition import ExecutionMode, ToolDefinition
@@ -115,6 +121,7 @@ from toolkernel.ledger import EventType, NewEvent
 from toolkernel.lint import Finding, Severity, lint_definition
 from toolkernel.mcp.pins import PinStore, PinVerdict, pinned_view
 from toolkernel.mcp.sandboxed import SANDBOX_ENV, sandboxed_argv
+from toolkernel.mcp.server_tree import ServerTree
 from toolkernel.mcp.servers import ServerConfig
 from toolkernel.mcp.streams import FilteredReadStream
 from toolkernel.redaction import Redactor
@@ -429,6 +436,9 @@ class ServerConnection:
         self._stop: anyio.Event | None = None
         self._start: _Start | None = None
         self._lock = anyio.Lock()
+        # Every start whose processes may still run: the live one, and older ones
+        # that are still being stopped.
+        self._trees: set[ServerTree] = set()
 
     async def client(self) -> Client:
         """The live client, starting the server first when needed.
@@ -473,10 +483,16 @@ class ServerConnection:
             why = fault or _listing_failure(self.config, exc)
             raise ServerUnavailable(f"{self.label} did not list its tools: {why}") from exc
 
-    def discard(self, client: Client) -> None:
-        """Forget a client whose connection failed; the next call starts a new one."""
-        if self._client is client:
-            self.close()
+    def discard(self, client: Client) -> bool:
+        """Forget a client whose connection failed; the next call starts a new one.
+
+        Returns:
+            Whether ``client`` was still the live one (not closed or replaced already).
+        """
+        if self._client is not client:
+            return False
+        self.close()
+        return True
 
     def close(self) -> None:
         self._client = None
@@ -484,28 +500,47 @@ class ServerConnection:
             self._stop.set()
             self._stop = None
 
+    def kill(self) -> None:
+        """SIGKILL an unsandboxed server's processes now, what it started too, rather
+        than wait for it to stop (a shutdown in a hurry); a call of it in flight fails.
+        A sandboxed server is left to the SDK's escalation: it takes its sandbox along."""
+        for tree in self._trees:
+            tree.kill()
+
     async def _own(self, start: _Start, *, task_status: anyio.abc.TaskStatus[Client]) -> None:
         client: Client | None = None
         argv = list(self.config.command)
+        tree: ServerTree | None = None
         if self.config.sandbox != "none":
             if self._sandbox is None:
                 raise SandboxUnavailable(f"nothing can sandbox MCP server {self.config.name}")
             # Raises rather than start it unsandboxed; lists the workspace: off the loop.
             argv = await anyio.to_thread.run_sync(self._sandbox, self.config)
+        elif not self.config.url:
+            tree = ServerTree(self.label)
+            self._trees.add(tree)
         try:
-            async with self._new_client(argv, start) as client:
+            async with self._new_client(argv, start, tree) as client:
                 task_status.started(client)
-                await start.stop.wait()
+                try:
+                    await start.stop.wait()
+                finally:
+                    # Stopped or cancelled: forgotten before the SDK closes it, so that a
+                    # request failing meanwhile is not taken for the server's fault.
+                    self.discard(client)
         except Exception:
             if client is None:
                 raise
             # The process died or the connection broke: calls see it as REMOTE_ERROR.
             _log.info("%s: connection ended", self.label, exc_info=True)
+        finally:
+            if tree is not None:
+                self._trees.discard(tree)
         if client is not None and start.fault is not None:
             _log.warning("%s was disconnected: %s", self.label, start.fault)
             self.discard(client)
 
-    def _new_client(self, argv: list[str], start: _Start) -> Client:
+    def _new_client(self, argv: list[str], start: _Start, tree: ServerTree | None) -> Client:
         config = self.config
         target: Any
         if config.url:
@@ -514,6 +549,8 @@ class ServerConnection:
             env = config.child_env()
             if config.sandbox != "none":
                 env |= SANDBOX_ENV
+            if tree is not None:
+                env |= tree.environment
             params = StdioServerParameters(
                 command=argv[0],
                 args=argv[1:],
@@ -521,7 +558,7 @@ class ServerConnection:
                 cwd=config.cwd,
             )
             _SDK_STDIO_LOG.addFilter(_without_parse_tracebacks)  # idempotent
-            target = _parsed_only(_stdio(params, self._errlog), start)
+            target = _parsed_only(_stdio(params, self._errlog, tree), start)
         return Client(
             target,
             mode="legacy",
@@ -538,11 +575,12 @@ class ServerConnection:
 
 @asynccontextmanager
 async def _stdio(
-    params: StdioServerParameters, errlog: TextIO | None
+    params: StdioServerParameters, errlog: TextIO | None, tree: ServerTree | None
 ) -> AsyncIterator[TransportStreams]:
     """The SDK's stdio transport, with the server's stderr on an open file description
     of its own: ``errlog`` (default: our stderr) opened anew, or where that cannot be
-    (a socket, an in-memory stream), a pipe a thread copies to ``errlog``.
+    (a socket, an in-memory stream), a pipe a thread copies to ``errlog``. With
+    ``tree`` (an unsandboxed server), what the server started is stopped with it.
 
     Children are not given our stderr itself: they would share its open file
     description, and one that makes it non-blocking (Node.js does) would make every
@@ -551,17 +589,35 @@ async def _stdio(
     own = _reopened(errlog or sys.stderr)
     if own is not None:  # the server writes there itself: nothing to copy
         with own:
-            async with stdio_client(params, errlog=own) as streams:
+            async with _swept(stdio_client(params, errlog=own), tree) as streams:
                 yield streams
         return
     stderr = _ChildStderr(errlog)
     try:
-        async with stdio_client(params, errlog=stderr.child_end) as streams:
+        async with _swept(stdio_client(params, errlog=stderr.child_end), tree) as streams:
             stderr.spawned()
             yield streams
     finally:
+        # After the sweep: a process the server left behind holds the pipe open.
         with anyio.CancelScope(shield=True):
             await stderr.close()
+
+
+@asynccontextmanager
+async def _swept(transport: Transport, tree: ServerTree | None) -> AsyncIterator[TransportStreams]:
+    """``transport`` (the SDK's stdio client), and once it has stopped the server
+    (stdin closed, grace, its process group signalled), ``tree`` swept of whatever the
+    server left running: the SDK signals only a server that outlived its grace, and
+    only its process group."""
+    try:
+        async with transport as streams:
+            if tree is not None:
+                tree.spawned()
+            yield streams
+    finally:
+        if tree is not None:
+            with anyio.CancelScope(shield=True):
+                await tree.sweep()
 
 
 def _reopened(errlog: TextIO) -> TextIO | None:
@@ -777,6 +833,7 @@ class McpBridge:
         self._pins_seen = -1  # the pin store's version when held tools were last checked
         self._reported: set[tuple[str, str, str]] = set()
         self._group: anyio.abc.TaskGroup | None = None
+        self._closing = False
         # The workspace's policy files when the bridge opened: while a server with the
         # workspace writable runs, any it creates, at any depth, is removed and any it
         # changes is put back, before and after each of its calls (planted.py).
@@ -816,6 +873,7 @@ class McpBridge:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
+        self._closing = True
         for name in list(self._routes):
             self._withdraw(name)
         for state in self._states.values():
@@ -830,6 +888,14 @@ class McpBridge:
             names = ", ".join(str(path) for path in planted.found)
             _log.warning("a server with the workspace writable changed %s; undone", names)
         return None
+
+    def kill_servers(self) -> None:
+        """SIGKILL every unsandboxed stdio server's processes now, with what each
+        started, instead of waiting for them to stop: for a shutdown in a hurry (a
+        second SIGINT or SIGTERM to ``serve``). Their calls in flight fail; a server
+        is started again on its next call unless the bridge is closing."""
+        for state in self._states.values():
+            state.connection.kill()
 
     async def _restore_policy(self, watched: bool) -> Planted:
         """Undo what servers with the workspace writable did to any toolkernel.toml."""
@@ -1036,7 +1102,7 @@ class McpBridge:
     def _withdraw(self, name: str, reason: str = "") -> None:
         if self._routes.pop(name, None) is not None:
             self.kernel.unregister(name, reason=reason)
-        elif reason:  # never exposed in this process: a call still learns why
+        elif reason == _HELD:  # never exposed in this process: a call still learns why
             self.kernel.withhold(name, reason)
 
     def _rejected_event(
@@ -1109,7 +1175,7 @@ class McpBridge:
         if planted:
             raise planted.violation(f"A server of {name}", self.kernel.guard.workspace)
         try:
-            result = await self._send(name, client, connection, request, progress)
+            result = await self._send(name, client, connection, request, progress, context.token)
         finally:
             with anyio.CancelScope(shield=True):
                 planted = await self._restore_policy(watched)
@@ -1126,6 +1192,7 @@ class McpBridge:
         connection: ServerConnection,
         request: types.CallToolRequest,
         progress: ProgressFnT,
+        token: CancellationToken,
     ) -> types.CallToolResult:
         try:
             return await client.session.send_request(
@@ -1148,13 +1215,16 @@ class McpBridge:
         except anyio.get_cancelled_exc_class():
             # Timed out or cancelled (the SDK told the server). A server that does not
             # answer another request either is stuck: it is stopped, and the next call
-            # starts it afresh instead of waiting out its timeout again.
-            with anyio.CancelScope(shield=True):
-                await _drop_if_stuck(client, connection)
+            # starts it afresh instead of waiting out its timeout again. Not when the
+            # runtime stops: no call comes next, and the server is stopped anyway.
+            if not (self._closing or token.reason is ErrorCode.RUNTIME_STOPPED):
+                with anyio.CancelScope(shield=True):
+                    await _drop_if_stuck(client, connection)
             raise
 
 
 async def _drop_if_stuck(client: Client, connection: ServerConnection) -> None:
+    """Stop ``client``'s server if it does not answer within ``PING_TIMEOUT_S``."""
     with anyio.move_on_after(PING_TIMEOUT_S):
         try:
             # tools/list, not ping: every protocol version has it (ping is gone from
@@ -1167,8 +1237,9 @@ async def _drop_if_stuck(client: Client, connection: ServerConnection) -> None:
             pass
         else:
             return
-    _log.warning("MCP server %s is not answering; it is restarted", connection.config.name)
-    connection.discard(client)
+    # A connection closed meanwhile (the bridge is closing) is no server's fault.
+    if connection.discard(client):
+        _log.warning("MCP server %s is not answering; it is restarted", connection.config.name)
 
 
 def _connection_lost(exc: MCPError) -> bool:

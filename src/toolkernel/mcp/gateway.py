@@ -46,8 +46,7 @@ from contextlib import (
 )
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import FrameType
-from typing import Any, BinaryIO, Final, Literal
+from typing import TYPE_CHECKING, Any, BinaryIO, Final, Literal
 
 import anyio
 import anyio.from_thread
@@ -64,12 +63,13 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 from starlette.datastructures import Headers
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolkernel.approval import Approver
 from toolkernel.calls import ToolCallResult, new_id
 from toolkernel.cancel import CancellationToken
 from toolkernel.codes import CATALOG, ErrorCode, Status, safe_field, safe_message
+from toolkernel.definition import ExecutionMode
 from toolkernel.errors import LedgerError, UsageError
 from toolkernel.kernel import Kernel
 from toolkernel.mcp.gateway_approval import (
@@ -84,6 +84,9 @@ from toolkernel.mcp.gateway_render import RUN_META, render_result, render_tool
 from toolkernel.mcp.streams import FilteredReadStream
 from toolkernel.run import Run
 from toolkernel.terminal import printable
+
+if TYPE_CHECKING:  # imported when serving over HTTP
+    import uvicorn
 
 __all__ = [
     "Gateway",
@@ -113,7 +116,9 @@ ANNOUNCE_TIMEOUT_S: Final = 5.0
 _BACKLOG: Final = 128
 _CLIENT_GONE: Final = (BrokenPipeError, ConnectionResetError)
 """Writing to stdout failed because the client closed its end (a pipe or a socket)."""
-_STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
+_STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # HUP: terminal closed
+_MAX_CONNECTIONS: Final = 4 * MAX_SESSIONS
+_STOP_GRACE_S: Final = 5
 
 _log = logging.getLogger("toolkernel.serve")
 _Context = ServerRequestContext[Any, Any]
@@ -152,6 +157,11 @@ class Gateway:
                 connection.exit_stack.callback(self._forget, key)
             _log.info("session %s: run %s", key, run.id)
         return run
+
+    def cancel_calls(self, reason: ErrorCode) -> None:
+        """Cancel the calls in flight of every session, and every later one."""
+        for run in self._runs.values():
+            run.cancel(reason)
 
     def _forget(self, key: str) -> None:
         """The session ended (the client's DELETE, its idle timeout, shutdown)."""
@@ -465,13 +475,14 @@ def serve(
 ) -> int:
     """Serve the kernel for ``toolkernel.toml`` over stdio or streamable HTTP (``/mcp``).
 
-    Returns when stdin closes or on SIGINT/SIGTERM. The ``[mcp]`` servers of the
-    configuration are bridged in (``bridged``); further ``extensions`` live as long as
-    the server too. HTTP binds a loopback address unless ``allow_remote``: the gateway
-    does not authenticate its clients. A request carrying an Origin header is answered
-    only when that is the listening address or one of ``allowed_origins``; the Host
-    header must name the listening address or one of ``allowed_hosts`` (on a remote
-    address without ``allowed_hosts``, any Host is taken).
+    Returns when stdin closes or on SIGINT/SIGTERM; a second signal while it stops
+    kills the bridged servers rather than wait for them (``_Stop``). The ``[mcp]``
+    servers of the configuration are bridged in (``bridged``); further ``extensions``
+    live as long as the server too. HTTP binds a loopback address unless
+    ``allow_remote``: the gateway does not authenticate its clients. A request carrying
+    an Origin header is answered only when that is the listening address or one of
+    ``allowed_origins``; the Host header must name the listening address or one of
+    ``allowed_hosts`` (on a remote address without ``allowed_hosts``, any Host is taken).
 
     Raises:
         ToolkernelError: the configuration is invalid (ConfigError and the like),
@@ -506,33 +517,78 @@ async def _serve(
     extensions: Sequence[KernelExtension],
 ) -> None:
     gateway = Gateway(kernel)
-    async with anyio.create_task_group() as stoppable:
+    # The signals are watched from outside what they stop: a second one must still find
+    # the gateway's handler while the bridged servers are being stopped.
+    async with anyio.create_task_group() as watching:
+        with anyio.CancelScope() as stoppable:
+            stop = _Stop(gateway, stoppable)
+            # From the start: connecting the bridged servers may take a while too.
+            if threading.current_thread() is threading.main_thread():
+                watching.start_soon(_stop_on_signal, stop)
+            async with _extended(kernel, extensions), anyio.create_task_group() as group:
+                server = build_server(kernel, gateway)
+                group.start_soon(gateway.announce_changes)
+                if transport == "stdio":
+                    await _serve_stdio(server, kernel)
+                else:
+                    await _serve_http(server, listen, stop)
+                group.cancel_scope.cancel()
+        watching.cancel_scope.cancel()
 
-        def stop() -> None:
-            gateway.stopping = True
-            stoppable.cancel_scope.cancel()
 
-        # Over stdio a signal stops the server from the start (connecting the bridged
-        # servers may take a while too); over HTTP, uvicorn catches signals itself.
-        if transport == "stdio" and threading.current_thread() is threading.main_thread():
-            stoppable.start_soon(_stop_on_signal, stop)
-        async with _extended(kernel, extensions), anyio.create_task_group() as group:
-            server = build_server(kernel, gateway)
-            group.start_soon(gateway.announce_changes)
-            if transport == "stdio":
-                await _serve_stdio(server, kernel)
+class _Stop:
+    """What SIGINT and SIGTERM do to ``serve``, from its start until it returns.
+
+    The first stops it: calls in flight end CANCELLED/RUNTIME_STOPPED, and the bridged
+    servers are stopped as the MCP specification says (stdin closed, a grace period,
+    SIGTERM, SIGKILL), which a server that ignores SIGTERM and outlives its stdin makes
+    take seconds. The second hurries that up: every call still in flight is cancelled
+    (RUNTIME_STOPPED) and the bridged servers' processes are killed at once
+    (``McpBridge.kill_servers``). Its default action would end the gateway in the
+    middle of stopping them, with a server and what it started left running. A third
+    has the default action: a way out, should anything else hang.
+    """
+
+    def __init__(self, gateway: Gateway, scope: anyio.CancelScope) -> None:
+        self.gateway = gateway
+        self.http: uvicorn.Server | None = None  # while uvicorn serves: it stops itself
+        self.hurried = False
+        self._scope = scope
+
+    def on_signal(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        if not self.gateway.stopping:
+            _log.info("stopping on %s", name)
+            self.gateway.stopping = True
+            if self.http is not None:
+                # A 2026-07-28 call runs in its HTTP request's own task, which uvicorn
+                # waits for: cancelled here, it ends RUNTIME_STOPPED as a session's does.
+                self.gateway.cancel_calls(ErrorCode.RUNTIME_STOPPED)
+                # Not ``should_exit`` alone: sse-starlette ends its event streams (a
+                # call's answer, a session's stream) from its patch of this method.
+                self.http.handle_exit(signum, None)
             else:
-                await _serve_http(server, listen, gateway)
-            group.cancel_scope.cancel()
-        stoppable.cancel_scope.cancel()
+                self._scope.cancel()
+            return
+        _log.info("stopping now on %s: the bridged MCP servers are killed", name)
+        self.hurried = True
+        # Before the kill: a call of a killed server would end FAILED (connection lost).
+        self.gateway.cancel_calls(ErrorCode.RUNTIME_STOPPED)
+        from toolkernel.mcp.bridge import McpBridge  # imported already if anything is bridged
+
+        bridge = self.gateway.kernel.adapters.get(ExecutionMode.REMOTE_MCP)
+        if isinstance(bridge, McpBridge):
+            bridge.kill_servers()
 
 
-async def _stop_on_signal(stop: Callable[[], None]) -> None:
-    """``stop`` on SIGINT or SIGTERM; a second one finds the default handler."""
+async def _stop_on_signal(stop: _Stop) -> None:
+    """``stop`` on SIGINT or SIGTERM, until it has hurried: a later one finds the
+    default handler."""
     with anyio.open_signal_receiver(*_STOP_SIGNALS) as signals:
         async for signum in signals:
-            _log.info("stopping on %s", signal.Signals(signum).name)
-            stop()
+            stop.on_signal(signum)
+            if stop.hurried:
+                return
 
 
 async def _serve_stdio(server: Server[Any], kernel: Kernel) -> None:
@@ -738,27 +794,16 @@ _SCALARS: Final = json.JSONDecoder(parse_int=_int_or_none)
 _ANY_STRING: Final = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 
 
-async def _serve_http(server: Server[Any], listen: _Listen, gateway: Gateway) -> None:
+async def _serve_http(server: Server[Any], listen: _Listen, stop: _Stop) -> None:
     import uvicorn
 
     class Uvicorn(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            gateway.stopping = True
-            super().handle_exit(sig, frame)
-
         @contextmanager
         def capture_signals(self) -> Iterator[None]:
-            # uvicorn re-raises the signal after its graceful shutdown, which would end
-            # the process before the kernel (and its ledger) is closed: return instead.
-            if threading.current_thread() is not threading.main_thread():
-                yield
-                return
-            previous = {sig: signal.signal(sig, self.handle_exit) for sig in _STOP_SIGNALS}
-            try:
-                yield
-            finally:
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
+            # The gateway's own handler (_Stop) tells uvicorn to stop: uvicorn's would
+            # re-raise the signal after its graceful shutdown, ending the process
+            # before the bridged servers are stopped and the kernel is closed.
+            yield
 
     host = listen.host
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -777,18 +822,43 @@ async def _serve_http(server: Server[Any], listen: _Listen, gateway: Gateway) ->
         # while checking Origin (a remote address without --allowed-host).
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         max_sessions=MAX_SESSIONS,  # and no more runs: a session's run ends with it
+        # Room for the largest arguments the kernel takes, escaped, and the envelope:
+        # the SDK keeps a session's last message while it idles, so its default (4 MiB)
+        # let a client pin 100 MiB a session with bodies the kernel refuses anyway.
+        max_request_body_size=4 * stop.gateway.kernel.config.max_argument_bytes + 64 * 1024,
     )
     guarded = _allowed(host, bound, hosts=listen.hosts, origins=listen.origins).guard(app)
     # Tests and scripts wait for this line to learn the port (``--port 0`` picks one).
     _log.warning("listening on http://%s:%d/mcp", _bracketed(host), bound)
-    config = uvicorn.Config(guarded, log_level="warning", lifespan="on")
+    config = uvicorn.Config(
+        guarded,
+        log_level="warning",
+        lifespan="on",
+        # Past this many connections at once, 503: not every descriptor the process has
+        # (held idle, they locked every client out and flooded the log).
+        limit_concurrency=_MAX_CONNECTIONS,
+        # A request still being sent (a body trickling in) does not hold a stop.
+        timeout_graceful_shutdown=_STOP_GRACE_S,
+    )
     noisy = [logging.getLogger(name) for name in _RACE_LOGGERS]
     for logger in noisy:
         logger.addFilter(_without_ended_session_tracebacks)
+    gateway = stop.gateway
+
+    def without_stopped_responses(record: logging.LogRecord) -> bool:
+        # Stopping ends the responses still streaming (a call's, a session's stream) on
+        # purpose; uvicorn would log each as an error. _Stop has said what happens.
+        return not (gateway.stopping and record.msg == _UNFINISHED_RESPONSE)
+
+    uvicorn_log = logging.getLogger(_RACE_LOGGERS[1])
+    uvicorn_log.addFilter(without_stopped_responses)
     try:
         with sock:
-            await Uvicorn(config).serve(sockets=[sock])
+            stop.http = Uvicorn(config)
+            await stop.http.serve(sockets=[sock])
     finally:
+        stop.http = None
+        uvicorn_log.removeFilter(without_stopped_responses)
         for logger in noisy:
             logger.removeFilter(_without_ended_session_tracebacks)
 
@@ -799,6 +869,7 @@ async def _serve_http(server: Server[Any], listen: _Listen, gateway: Gateway) ->
 # cancelled); the operator gets one line instead.
 _RACE_LOGGERS: Final = ("mcp.server.streamable_http", "uvicorn.error")
 _AFTER_RESPONSE: Final = "after response already completed"
+_UNFINISHED_RESPONSE: Final = "ASGI callable returned without completing response."
 
 
 def _without_ended_session_tracebacks(record: logging.LogRecord) -> bool:
@@ -971,17 +1042,65 @@ class _Allowed:
         return None
 
     def guard(self, app: ASGIApp) -> ASGIApp:
-        """``app`` answering only the HTTP requests this allows."""
+        """``app`` answering only the HTTP requests this allows; to a page of an allowed
+        origin with the CORS headers a browser needs to let it call and read (a
+        preflight is answered here)."""
 
         async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] == "http":
-                refused = self.refusal(Headers(scope=scope))
-                if refused is not None:
-                    await refused(scope, receive, send)
-                    return
-            await app(scope, receive, send)
+            if scope["type"] != "http":
+                await app(scope, receive, send)
+                return
+            headers = Headers(scope=scope)
+            refused = self.refusal(headers)
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
+            origin = headers.get("origin")
+            if origin is None:
+                await app(scope, receive, send)
+            elif scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
+                await _preflight(origin, headers)(scope, receive, send)
+            else:
+                await app(scope, receive, _with_cors(send, origin))
 
         return guarded
+
+
+# What a page may send and read: the MCP transport's own headers besides the usual.
+_CORS_REQUEST_HEADERS: Final = (
+    "accept, authorization, content-type, last-event-id, mcp-protocol-version, mcp-session-id"
+)
+_CORS_EXPOSED: Final = "mcp-protocol-version, mcp-session-id"
+
+
+def _preflight(origin: str, headers: Headers) -> Response:
+    """The answer to a browser's preflight from an allowed ``origin``."""
+    return Response(
+        status_code=204,
+        headers={
+            "access-control-allow-origin": origin,
+            "access-control-allow-methods": "GET, POST, DELETE",
+            "access-control-allow-headers": _CORS_REQUEST_HEADERS,
+            "access-control-max-age": "600",
+            "vary": "Origin",
+        },
+    )
+
+
+def _with_cors(send: Send, origin: str) -> Send:
+    """``send`` adding to the response the headers that let a page of ``origin`` read it."""
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message["headers"] = [
+                *message.get("headers", []),
+                (b"access-control-allow-origin", origin.encode("latin-1")),
+                (b"access-control-expose-headers", _CORS_EXPOSED.encode()),
+                (b"vary", b"Origin"),
+            ]
+        await send(message)
+
+    return sending
 
 
 def _allowed(
