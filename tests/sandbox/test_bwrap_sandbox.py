@@ -38,14 +38,6 @@ from toolkernel.sandbox import bwrap as bwrap_module
 BASE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 
 
-@pytest.fixture(scope="module")
-def bwrap() -> Path:
-    # No skip: a machine where the sandbox cannot start must fail these tests loudly.
-    path = find_bwrap()
-    probe(path)
-    return path
-
-
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     ws = tmp_path / "ws"

@@ -26,8 +26,6 @@ from toolkernel.sandbox import (
     ProcessOutcome,
     SandboxLimits,
     SandboxSpec,
-    find_bwrap,
-    probe,
     run_sandboxed,
 )
 from toolkernel.sandbox.process import _OutputSink
@@ -52,13 +50,6 @@ echo started
 ( trap '' TERM; setsid sh -c 'sleep 1000 & wait' ) &
 wait
 """
-
-
-@pytest.fixture(scope="module")
-def bwrap() -> Path:
-    path = find_bwrap()
-    probe(path)
-    return path
 
 
 def live_marked_pids(marker: str) -> list[int]:

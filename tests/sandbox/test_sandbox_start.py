@@ -28,8 +28,6 @@ from toolkernel.sandbox import (
     SandboxLimits,
     SandboxSpec,
     SandboxUnavailable,
-    find_bwrap,
-    probe,
     run_sandboxed,
 )
 
@@ -38,13 +36,6 @@ ENV = {"PATH": "/usr/bin:/bin"}
 # More tasks than the default max_processes (256): a desktop session, an IDE.
 OTHER_THREADS = 300
 CHILD_TIMEOUT_S = 120
-
-
-@pytest.fixture(scope="module")
-def bwrap() -> Path:
-    path = find_bwrap()
-    probe(path)
-    return path
 
 
 @pytest.fixture

@@ -32,10 +32,9 @@ import logging
 import os
 import secrets
 import signal
-from pathlib import Path
 from typing import Final
 
-from toolkernel.sandbox.tree import ProcessTree
+from toolkernel.sandbox.tree import ProcessTree, child_with_cookie
 
 __all__ = ["COOKIE_VARIABLE", "TERM_GRACE_S", "ServerTree"]
 
@@ -67,7 +66,8 @@ class ServerTree:
 
     def spawned(self) -> None:
         """Find the server's process: call it once the SDK has spawned it."""
-        leader = _child_with(self._cookie)
+        # Spawning returns once the server has executed its program: it is our child.
+        leader = child_with_cookie(os.getpid(), self._cookie)
         if leader is None:
             _log.info("%s: its process was not found; only the SDK will stop it", self.label)
             return
@@ -86,22 +86,3 @@ class ServerTree:
         if not await self._tree.kill(grace_s=TERM_GRACE_S):
             survivors = sorted(proc.pid for proc in self._tree.members())
             _log.warning("%s left processes that survive SIGKILL: %s", self.label, survivors)
-
-
-def _child_with(cookie: bytes) -> int | None:
-    """Our child process whose environment holds ``cookie``: the server just spawned
-    (spawning returns once it has executed its program)."""
-    me = os.getpid()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_bytes()
-            # The command name may contain spaces and parentheses: split after the last ')'.
-            if int(stat[stat.rfind(b")") + 2 :].split()[1]) != me:
-                continue
-            if cookie in (entry / "environ").read_bytes().split(b"\0"):
-                return int(entry.name)
-        except (OSError, IndexError, ValueError):
-            continue  # gone meanwhile, or not ours to read
-    return None

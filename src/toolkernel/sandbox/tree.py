@@ -30,7 +30,7 @@ from typing import Final
 
 import anyio
 
-__all__ = ["KILL_CONFIRM_S", "POLL_INTERVAL_S", "ProcessTree"]
+__all__ = ["KILL_CONFIRM_S", "POLL_INTERVAL_S", "ProcessTree", "child_with_cookie"]
 
 POLL_INTERVAL_S: Final = 0.005
 """How often a waiting killer rescans ``/proc``: short, because kill latency is budgeted."""
@@ -72,6 +72,15 @@ def _all_processes() -> Iterator[_Proc]:
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and (proc := _read_stat(int(entry.name))) is not None:
             yield proc
+
+
+def child_with_cookie(parent: int, cookie: bytes) -> int | None:
+    """The child process of ``parent`` whose environment holds ``cookie``
+    (``NAME=value``), if there is one: a process just spawned with it."""
+    for proc in _all_processes():
+        if proc.ppid == parent and _has_cookie(proc.pid, cookie):
+            return proc.pid
+    return None
 
 
 def _has_cookie(pid: int, cookie: bytes) -> bool:
