@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from toolkernel.calls import ArtifactRef
-from toolkernel.codes import ErrorCode
+from toolkernel.codes import ErrorCode, safe_message
 
 __all__ = [
     "RESOURCE_SHORTAGES",
@@ -41,6 +41,7 @@ __all__ = [
     "ToolSignal",
     "ToolkernelError",
     "UsageError",
+    "runtime_failure",
 ]
 
 RESOURCE_SHORTAGES: Final = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN))
@@ -156,6 +157,18 @@ class ToolPartial(ToolSignal):
 
 # Checked where the tool raises the signal, so that its author's traceback points at the
 # mistake (``ToolFailed(exc)``): what is not text cannot be shown to the model or recorded.
+
+
+def runtime_failure(tool: str, failed: OSError) -> ToolFailed:
+    """The failure of a call whose runtime work (not the tool's, not the workspace's)
+    raised ``failed``: out of file descriptors, its state directory unusable. The model
+    gets INTERNAL_ERROR without the host path the error names, retryable when the
+    shortage may pass (``RESOURCE_SHORTAGES``); the caller logs what failed."""
+    return ToolFailed(
+        safe_message(ErrorCode.INTERNAL_ERROR, tool=tool),
+        code=ErrorCode.INTERNAL_ERROR,
+        retryable=failed.errno in RESOURCE_SHORTAGES,
+    )
 
 
 def _text(signal: str, safe_message: object) -> str:

@@ -53,7 +53,7 @@ from toolkernel.config import CONFIG_FILENAME, Config
 from toolkernel.context import ToolContext
 from toolkernel.definition import ExecutionMode, Permissions, ToolDefinition
 from toolkernel.dispatch import Adapter, Invocation, NativeAdapter
-from toolkernel.errors import RESOURCE_SHORTAGES, SandboxUnavailable, ToolFailed
+from toolkernel.errors import SandboxUnavailable, ToolFailed, runtime_failure
 from toolkernel.policy import Action
 from toolkernel.redaction import Redactor
 from toolkernel.sandbox import (
@@ -454,11 +454,7 @@ class Sandbox:
         unusable) is neither the tool's fault nor the workspace's: the model gets
         INTERNAL_ERROR without the host path, the operator's log says what failed."""
         _log.error("%s %s: %s", self.tool_name, doing, failed)
-        return ToolFailed(
-            safe_message(ErrorCode.INTERNAL_ERROR, tool=self.tool_name),
-            code=ErrorCode.INTERNAL_ERROR,
-            retryable=failed.errno in RESOURCE_SHORTAGES,
-        )
+        return runtime_failure(self.tool_name, failed)
 
     async def _restore(self, snapshot: PolicySnapshot | None) -> Planted:
         if snapshot is None:

@@ -32,7 +32,7 @@ from toolkernel.codes import ErrorCode, safe_field, safe_message
 from toolkernel.context import ToolContext
 from toolkernel.definition import ConcurrencyGroup, ExecutionMode, Permissions
 from toolkernel.dispatch import ToolOutput
-from toolkernel.errors import RESOURCE_SHORTAGES, ToolFailed
+from toolkernel.errors import RESOURCE_SHORTAGES, ToolFailed, runtime_failure
 from toolkernel.functions import WorkspacePath, tool
 from toolkernel.redaction import Redactor
 from toolkernel.tools.workspace_io import HASH_PREFIX, locate, open_dir, open_file
@@ -103,11 +103,7 @@ async def file_read(
     except OSError as exc:
         if exc.errno in RESOURCE_SHORTAGES:  # the runtime's shortage, not the file's
             _log.error("file.read could not open a file: %s", exc)
-            raise ToolFailed(
-                safe_message(ErrorCode.INTERNAL_ERROR, tool=_NAME),
-                code=ErrorCode.INTERNAL_ERROR,
-                retryable=True,
-            ) from None
+            raise runtime_failure(_NAME, exc) from None
         raise ToolFailed(_unreadable(target.relative, exc), code=ErrorCode.NOT_FOUND) from None
     with os.fdopen(fd, "rb") as handle:
         head = handle.read(_SNIFF_BYTES)
