@@ -806,11 +806,7 @@ class Kernel:
         """REQUEST → lookup → parse → validate → idempotency → authorize → approval → STARTED."""
         received_ns = time.time_ns()
         request, rejected = self._request(run, call)
-        events = [
-            NewEvent(
-                EventType.TOOL_CALL_REQUEST, request.to_dict(), request.tool_call_id, plain=True
-            )
-        ]
+        events = [_request_event(request)]
         self._received[(run.id, request.tool_call_id)] = received_ns
         journal.call_ids.append(request.tool_call_id)
         run.proposed(request.tool_call_id)
@@ -1224,10 +1220,7 @@ class Kernel:
         journal = _Journal(self.ledger, run.id, self._inflight, self._claims)
         for call in calls:
             request, _ = self._request(run, call)
-            event = NewEvent(
-                EventType.TOOL_CALL_REQUEST, request.to_dict(), request.tool_call_id, plain=True
-            )
-            journal.write([event])
+            journal.write([_request_event(request)])
         journal.conclude_interrupted(exc)
         try:
             journal.flush()
@@ -1244,11 +1237,7 @@ class Kernel:
             ErrorCode.DUPLICATE_CALL_ID,
             id=safe_field(request.tool_call_id),
         )
-        events = [
-            NewEvent(
-                EventType.TOOL_CALL_REQUEST, request.to_dict(), request.tool_call_id, plain=True
-            )
-        ]
+        events = [_request_event(request)]
         return self._refuse(journal, request, events, result, received_ns=received_ns)
 
     def _share(
@@ -1609,6 +1598,13 @@ def _storable(call: ToolCall) -> ToolCall:
         if stored != text:
             changes[name] = stored
     return replace(call, **changes) if changes else call
+
+
+def _request_event(request: ToolCallRequest) -> NewEvent:
+    """The call's TOOL_CALL_REQUEST, as the ledger records every proposal."""
+    return NewEvent(
+        EventType.TOOL_CALL_REQUEST, request.to_dict(), request.tool_call_id, plain=True
+    )
 
 
 def _recorded_result(event: Event) -> ToolCallResult | None:
