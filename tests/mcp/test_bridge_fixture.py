@@ -438,3 +438,27 @@ def test_an_ordinary_tool_name_is_not_taken_for_a_secret(workspace, remote):
     )
     assert admission.definition is not None, admission.reasons
     assert admission.definition.name == f"fx.{remote}"
+
+
+async def test_the_lint_reads_a_bounded_amount_of_a_servers_whole_listing(workspace):
+    """Each tool has its own text cap, and the listing one more: a server offering many
+    large tools gets the ones past the listing's budget rejected (P114), not read."""
+    import sys
+
+    from fixtures.bridge_support import HERE
+
+    from toolkernel.lint.poisoning import MAX_DOCUMENT_CHARS
+
+    bulky = 7  # about 198,000 characters each: five fit in the budget
+    command = (sys.executable, str(HERE / "rough_server.py"), "--bulky", str(bulky))
+    kernel = open_kernel(workspace)
+    with anyio.fail_after(60):
+        async with McpBridge(kernel, [ServerConfig(name="rough", command=command)]) as bridge:
+            [report] = await bridge.connect_all()
+    read = MAX_DOCUMENT_CHARS // 198_000
+    assert read == 5
+    assert {f"rough.bulky_{n}" for n in range(read)} <= set(report.accepted)
+    assert set(report.rejected) == {f"bulky_{n}" for n in range(read, bulky)}  # remote names
+    for event in events_of(kernel, EventType.REMOTE_TOOL_REJECTED):
+        [reason] = [r for r in event.payload["reasons"] if r["rule"] == "P114"]
+        assert "tools/list" in reason["message"]

@@ -7,8 +7,9 @@ Anthropic tool arrays, as JSON or TOML. See ``docs/lint-rules.md`` for every rul
 from __future__ import annotations
 
 from toolkernel.lint.findings import RULES, Finding, LintInputError, Rule, Severity
-from toolkernel.lint.linter import lint_definition, lint_document
+from toolkernel.lint.linter import document_budget, lint_definition, lint_document
 from toolkernel.lint.loaders import ToolKind
+from toolkernel.lint.poisoning import TextBudget
 from toolkernel.lint.report import Format, render, run_lint
 
 __all__ = [
@@ -18,7 +19,9 @@ __all__ = [
     "LintInputError",
     "Rule",
     "Severity",
+    "TextBudget",
     "ToolKind",
+    "document_budget",
     "lint_definition",
     "lint_document",
     "render",

@@ -16,7 +16,7 @@ from toolkernel.lint.poisoning import (
 )
 from toolkernel.lint.schemas import deeper_than
 
-__all__ = ["MAX_DEPTH", "lint_definition", "lint_document"]
+__all__ = ["MAX_DEPTH", "document_budget", "lint_definition", "lint_document"]
 
 # Real tool definitions nest about a dozen levels; the rules walk schemas recursively,
 # so anything deeper is refused before they start.
@@ -24,7 +24,10 @@ MAX_DEPTH: Final = 64
 
 
 def lint_definition(
-    defn: Mapping[str, Any], *, kind: ToolKind | str | None = None
+    defn: Mapping[str, Any],
+    *,
+    kind: ToolKind | str | None = None,
+    within: TextBudget | None = None,
 ) -> list[Finding]:
     """Lint one tool definition.
 
@@ -33,6 +36,8 @@ def lint_definition(
             Anthropic tool, as parsed from JSON or TOML.
         kind: ``"native"``, ``"mcp"``, ``"openai"`` or ``"anthropic"``; detected from
             the keys when None.
+        within: The budget of the document the definition is part of (a server's
+            whole ``tools/list``), charged too: :func:`document_budget`.
 
     Returns:
         Poisoning findings first, then hygiene findings, each in document order. A
@@ -44,7 +49,14 @@ def lint_definition(
     Raises:
         LintInputError: the format cannot be detected or ``kind`` is unknown.
     """
-    return _lint(defn, kind, TextBudget(MAX_DEFINITION_CHARS, scope="definition"))
+    return _lint(defn, kind, TextBudget(MAX_DEFINITION_CHARS, scope="definition", within=within))
+
+
+def document_budget(scope: str = "document") -> TextBudget:
+    """A fresh budget of :data:`~toolkernel.lint.poisoning.MAX_DOCUMENT_CHARS`
+    characters, for the definitions of one document linted one by one; ``scope`` names
+    the document in a ``P114`` message."""
+    return TextBudget(MAX_DOCUMENT_CHARS, scope=scope)
 
 
 def lint_document(data: Any) -> list[Finding]:
@@ -59,7 +71,7 @@ def lint_document(data: Any) -> list[Finding]:
         LintInputError: the document has no accepted shape, or is one definition whose
             format cannot be detected.
     """
-    document = TextBudget(MAX_DOCUMENT_CHARS, scope="document")
+    document = document_budget()
     findings: list[Finding] = []
     for index, defn in enumerate(iter_definitions(data)):
         problem = not_an_object(defn)
@@ -67,8 +79,7 @@ def lint_document(data: Any) -> list[Finding]:
             findings.append(_unlintable(f"item {index} {problem}"))
             continue
         try:
-            budget = TextBudget(MAX_DEFINITION_CHARS, scope="definition", within=document)
-            findings.extend(_lint(defn, None, budget))
+            findings.extend(lint_definition(defn, within=document))
         except LintInputError as exc:
             if defn is data:
                 raise  # the document is this one definition: no item to name

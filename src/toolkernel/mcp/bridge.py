@@ -118,7 +118,7 @@ from toolkernel.errors import (
 )
 from toolkernel.kernel import Kernel
 from toolkernel.ledger import EventType, NewEvent
-from toolkernel.lint import Finding, Severity, lint_definition
+from toolkernel.lint import Finding, Severity, TextBudget, document_budget, lint_definition
 from toolkernel.mcp.pins import PinStore, PinVerdict, pinned_view
 from toolkernel.mcp.sandboxed import SANDBOX_ENV, sandboxed_argv
 from toolkernel.mcp.server_tree import ServerTree
@@ -142,6 +142,7 @@ __all__ = [
     "ServerUnavailable",
     "admit_tool",
     "list_remote_tools",
+    "listing_budget",
     "namespaced",
 ]
 
@@ -236,21 +237,34 @@ def namespaced(server: str, remote_name: str) -> str:
     return f"{server}.{local}"
 
 
+def listing_budget() -> TextBudget:
+    """The text the lint reads in one server's ``tools/list``, all its tools together:
+    each tool has its own cap too, and a listing of many large ones must not stall the
+    bridge for minutes (the largest of real listings holds about 32,000 characters)."""
+    return document_budget("server's tools/list")
+
+
 def admit_tool(
-    server: ServerConfig, tool: Mapping[str, Any], *, redactor: Redactor | None = None
+    server: ServerConfig,
+    tool: Mapping[str, Any],
+    *,
+    redactor: Redactor | None = None,
+    budget: TextBudget | None = None,
 ) -> Admission:
     """Allowlist, lint and convert one tool of ``server`` (as listed by ``tools/list``).
 
     With ``redactor``, the text of the definition the model will be shown (titles and
     descriptions, the schemas' too) is masked like any output: a server's definition
     is untrusted content. The pin and the lint see it as the server sent it.
+    ``budget`` is the text the lint may read in the whole listing (``listing_budget``):
+    a tool past it is rejected (``P114``) rather than read.
     """
     remote = str(tool.get("name", ""))
     name = namespaced(server.name, remote)
     if not (server.allows(remote) or server.allows(name.split(".", 1)[1])):
         reason = RejectReason("ALLOWLIST", f"not on the allowlist of server {server.name}")
         return Admission(server, tool, name, None, reasons=(reason,))
-    findings = tuple(lint_definition(tool, kind="mcp"))
+    findings = tuple(lint_definition(tool, kind="mcp", within=budget))
     errors = tuple(
         RejectReason(f.rule, f.message, f.pointer) for f in findings if f.severity is Severity.ERROR
     )
@@ -946,8 +960,9 @@ class McpBridge:
             return _Listing(error=str(exc))
         # Linting a hostile server's definitions can take a while: not on the event loop.
         config, redactor = self.servers[server], self.kernel.redactor
+        budget = listing_budget()
         judged = await anyio.to_thread.run_sync(
-            lambda: [admit_tool(config, tool, redactor=redactor) for tool in tools]
+            lambda: [admit_tool(config, tool, redactor=redactor, budget=budget) for tool in tools]
         )
         return _Listing(generation, tools, judged=judged)
 

@@ -20,7 +20,13 @@ import anyio
 
 from toolkernel.definition import TrustLevel
 from toolkernel.lint import Finding
-from toolkernel.mcp.bridge import Admission, ServerConnection, ServerUnavailable, admit_tool
+from toolkernel.mcp.bridge import (
+    Admission,
+    ServerConnection,
+    ServerUnavailable,
+    admit_tool,
+    listing_budget,
+)
 from toolkernel.mcp.pins import PinStore
 from toolkernel.mcp.servers import AD_HOC_NAME, SandboxMode, ServerConfig, ad_hoc_server
 from toolkernel.redaction import Redactor
@@ -134,7 +140,11 @@ async def inspect_server(
     # The bridge's redactor decides SECRET rejections; its workspace only matters for
     # how paths in the shown text are masked.
     redactor = Redactor(Path.cwd())
-    tools = tuple(_inspected(admit_tool(config, tool, redactor=redactor), pins) for tool in listed)
+    budget = listing_budget()
+    tools = tuple(
+        _inspected(admit_tool(config, tool, redactor=redactor, budget=budget), pins)
+        for tool in listed
+    )
     return InspectReport(
         server=config.name,
         target=config.describe(),
