@@ -63,10 +63,21 @@ def _is_integer(schema: Mapping[str, Any]) -> bool:
     return "integer" in kinds and all(k in ("integer", "null") for k in kinds)
 
 
-def version_key(version: str) -> tuple[tuple[int, int | str], ...]:
-    """Order versions numerically where they are numbers: 1.10 > 1.9 > 1.9-rc."""
-    parts = re.split(r"[.+_-]", version)
-    return tuple((1, int(p)) if p.isdigit() else (0, p) for p in parts)
+def version_key(version: str) -> tuple[Any, ...]:
+    """Order versions as semantic versions do, numerically where they are numbers:
+    1.10 > 1.9 > 1.9-rc.10 > 1.9-rc.9 > 1.9-rc. A pre-release (after the first ``-``)
+    comes before its release; build metadata (after ``+``) does not rank, it only keeps
+    the order of two builds of one version stable."""
+    core, _, build = version.partition("+")
+    release, dash, pre = core.partition("-")
+    stage = (0, _parts(pre)) if dash else (1, ())
+    return (_parts(release), stage, build)
+
+
+def _parts(text: str) -> tuple[tuple[int, int | str], ...]:
+    """``v1.10rc2`` → v, 1, 10, rc, 2: numbers rank by value, and above words."""
+    tokens = re.findall(r"\d+|[^\d._-]+", text)
+    return tuple((1, int(t)) if t.isdigit() else (0, t) for t in tokens)
 
 
 class Registry:
@@ -100,6 +111,8 @@ class Registry:
             definition, handler = tool.definition, tool.function
             context_parameter = tool.context_parameter
         elif isinstance(tool, ToolDefinition):
+            # Built in Python, it skipped the contract's checks that from_dict makes.
+            ToolDefinition.from_dict(tool.to_dict())
             definition = tool
         else:
             definition = ToolDefinition.from_dict(tool)
