@@ -18,6 +18,7 @@ cuts off, is masked whole and counted with the output's redactions.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, is_dataclass, replace
@@ -104,13 +105,17 @@ def normalize(outcome: Outcome, fin: Finishing) -> Outcome:
     except ValueError:
         return _contract_violation(outcome, fin, "output is not JSON-serializable")
     validator = fin.tool.output_validator
-    if (
-        validator is not None
-        and outcome.status in (Status.SUCCEEDED, Status.PARTIAL)
-        and not validator.is_valid(outcome.output)
-    ):
-        errors = validator.errors(outcome.output, limit=3)
-        return _contract_violation(outcome, fin, "; ".join(e.message[:200] for e in errors))
+    if validator is not None and outcome.status in (Status.SUCCEEDED, Status.PARTIAL):
+        try:
+            valid = validator.is_valid(outcome.output)
+        except ValueError:
+            # Keys JSON writes as strings ({80: 3}): the schema judges, and the model
+            # sees, the JSON the output is, not the Python value it was made from.
+            outcome.output = json.loads(canonical_json(outcome.output))
+            valid = validator.is_valid(outcome.output)
+        if not valid:
+            errors = validator.errors(outcome.output, limit=3)
+            return _contract_violation(outcome, fin, "; ".join(e.message[:200] for e in errors))
     if not outcome.message:
         outcome.message = f"{name} succeeded." if outcome.status is Status.SUCCEEDED else ""
     return outcome

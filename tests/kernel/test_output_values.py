@@ -69,6 +69,34 @@ async def test_dataclasses_enums_sets_uuids_times_and_models_become_json(kernel_
     }
 
 
+@pytest.mark.parametrize(
+    ("schema", "status", "shown"),
+    [
+        ({"type": "object", "additionalProperties": {"type": "integer"}}, Status.SUCCEEDED, 3),
+        ({"type": "object", "required": ["81"]}, Status.FAILED, None),
+    ],
+)
+async def test_an_output_schema_judges_the_json_of_a_dict_with_integer_keys(
+    kernel_factory, schema, status, shown
+):
+    """JSON writes the keys as strings: the schema sees what the model will see, and a
+    mismatch is the tool's contract broken, not the runtime's failure."""
+
+    @tool("repo.counts", output_schema=schema)
+    def counts() -> dict[int, int]:
+        """Count lines by length."""
+        return {80: 3, 120: 1}
+
+    kernel = kernel_factory()
+    kernel.register(counts)
+    result = await kernel.call(kernel.start_run(), "repo.counts", {})
+    assert result.status is status
+    if status is Status.SUCCEEDED:
+        assert result.structured_output == {"80": shown, "120": 1}
+    else:
+        assert result.error_code is ErrorCode.OUTPUT_CONTRACT_VIOLATION
+
+
 async def test_a_tool_can_return_the_dataclass_it_was_given(kernel_factory):
     @tool("repo.echo")
     def echo(query: Query) -> Query:
