@@ -9,6 +9,7 @@ invalid one raises ``DefinitionError`` naming the field.
 from __future__ import annotations
 
 import json
+import math
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -222,6 +223,15 @@ class ToolDefinition:
             raise DefinitionError(
                 name, _join("inputSchema", exc.pointer), f"not a valid JSON Schema: {exc}"
             ) from exc
+        unsatisfiable = _unsatisfiable_required(data["inputSchema"], "inputSchema")
+        if unsatisfiable is not None:
+            where, missing = unsatisfiable
+            raise DefinitionError(
+                name,
+                where,
+                f"names '{missing[:100]}', which is not among the properties of an object "
+                "that allows no other: no call could satisfy it",
+            )
         contract = data.get("outputContract", {})
         if "schema" in contract:
             try:
@@ -239,6 +249,7 @@ class ToolDefinition:
             source=str(safety_data.get("source", "native")),
         )
         mode = ExecutionMode(data["executionMode"])
+        permissions = Permissions.from_dict(data.get("permissions", {}))
         retry_data = data.get("retry", {})
         definition = cls(
             name=name,
@@ -251,7 +262,7 @@ class ToolDefinition:
                 max_bytes=int(contract.get("maxBytes", DEFAULT_OUTPUT_BYTES)),
             ),
             execution_mode=mode,
-            permissions=Permissions.from_dict(data.get("permissions", {})),
+            permissions=permissions,
             safety=safety,
             timeout_ms=int(data.get("timeoutMs", DEFAULT_TIMEOUT_MS)),
             retry=RetryPolicy(
@@ -264,15 +275,18 @@ class ToolDefinition:
             idempotent=bool(data.get("idempotent", False)),
             tags=frozenset(data.get("tags", ())),
             concurrency_group=ConcurrencyGroup(
-                data.get("concurrencyGroup") or _default_group(mode, safety)
+                data.get("concurrencyGroup") or _default_group(mode, safety, permissions)
             ),
         )
         _check_consistency(definition)
+        _check_encodable(definition)
         return definition
 
 
-def _default_group(mode: ExecutionMode, safety: Safety) -> ConcurrencyGroup:
-    if mode is ExecutionMode.PROCESS:
+def _default_group(
+    mode: ExecutionMode, safety: Safety, permissions: Permissions
+) -> ConcurrencyGroup:
+    if mode is ExecutionMode.PROCESS or permissions.execute_command:
         return ConcurrencyGroup.COMMAND_EXECUTION
     if safety.mutating and (safety.external or mode is ExecutionMode.REMOTE_MCP):
         return ConcurrencyGroup.EXTERNAL_MUTATION
@@ -303,6 +317,78 @@ def _check_consistency(d: ToolDefinition) -> None:
             "retry.on",
             "a tool that is not idempotent may only be retried on listed error codes",
         )
+
+
+def _check_encodable(d: ToolDefinition) -> None:
+    """The definition has a canonical form to hash (what TOOLS_EXPOSED records): no
+    NaN or infinity (a TOML ``inf`` default), nothing JSON cannot carry."""
+    try:
+        d.hash  # noqa: B018 - computed now, and kept, so that no call meets the failure
+    except (ValueError, TypeError) as exc:
+        where, value = _unencodable_at(d.to_dict(), "") or ("(root)", exc)
+        raise DefinitionError(
+            d.name, where.lstrip("."), f"holds {_shown(value)}, which JSON cannot carry"
+        ) from exc
+
+
+def _unencodable_at(value: Any, path: str) -> tuple[str, Any] | None:
+    """The dotted path of the first value in ``value`` with no JSON form, and that value."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path, value)
+    if value is None or isinstance(value, str | int):
+        return None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            found = _unencodable_at(item, f"{path}.{key}")
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = _unencodable_at(item, f"{path}.{index}")
+            if found is not None:
+                return found
+        return None
+    return path, value
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, float):
+        return repr(value)  # nan, inf, -inf
+    return f"a {type(value).__name__}"
+
+
+_SUBSCHEMA_MAPS: Final = ("properties", "patternProperties", "$defs", "definitions")
+_SUBSCHEMA_LISTS: Final = ("allOf", "anyOf", "oneOf", "prefixItems")
+_SUBSCHEMAS: Final = ("items", "additionalProperties", "not", "if", "then", "else", "contains")
+
+
+def _unsatisfiable_required(schema: Any, path: str) -> tuple[str, str] | None:
+    """(path, name) of a required property that a closed object schema does not
+    declare: no call can satisfy it (a typo, usually)."""
+    if not isinstance(schema, Mapping):
+        return None
+    required = schema.get("required")
+    properties = schema.get("properties")
+    closed = schema.get("additionalProperties") is False and not schema.get("patternProperties")
+    if closed and isinstance(required, list):
+        declared = properties if isinstance(properties, Mapping) else {}
+        for name in required:
+            if isinstance(name, str) and name not in declared:
+                return f"{path}.required", name
+    children: list[tuple[str, Any]] = []
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(schema.get(key), Mapping):
+            children.extend((f"{path}.{key}.{k}", v) for k, v in schema[key].items())
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(schema.get(key), list):
+            children.extend((f"{path}.{key}.{i}", v) for i, v in enumerate(schema[key]))
+    children.extend((f"{path}.{key}", schema[key]) for key in _SUBSCHEMAS if key in schema)
+    for child_path, child in children:
+        found = _unsatisfiable_required(child, child_path)
+        if found is not None:
+            return found
+    return None
 
 
 def _join(base: str, pointer: str) -> str:
@@ -433,6 +519,9 @@ def load_definitions(path: Path) -> list[ToolDefinition]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise DefinitionError("", str(path), f"cannot read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        where = f"not UTF-8 text (byte {exc.start})"
+        raise DefinitionError("", path.name, where) from exc
     try:
         if path.suffix == ".toml":
             data: Any = tomllib.loads(text)
@@ -441,5 +530,7 @@ def load_definitions(path: Path) -> list[ToolDefinition]:
             data = json.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
         raise DefinitionError("", path.name, f"not valid {path.suffix[1:].upper()}: {exc}") from exc
+    except RecursionError as exc:
+        raise DefinitionError("", path.name, "nested too deeply to read") from exc
     items: Iterable[Any] = data if isinstance(data, list) else [data]
     return [ToolDefinition.from_dict(item) for item in items]

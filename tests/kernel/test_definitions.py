@@ -152,6 +152,98 @@ def test_broken_definition_file_names_the_file(tmp_path: Path):
         load_definitions(path)
 
 
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b'{"name": "caf\xe9"}', "not UTF-8 text"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    ],
+)
+def test_an_unreadable_definition_file_is_a_definition_error_naming_it(
+    tmp_path: Path, content: bytes, problem: str
+):
+    path = tmp_path / "tools.json"
+    path.write_bytes(content)
+    with pytest.raises(DefinitionError, match=rf"tools\.json.*{problem}"):
+        load_definitions(path)
+
+
+@pytest.mark.parametrize(("default", "shown"), [("inf", "inf"), ("-inf", "-inf"), ("nan", "nan")])
+def test_a_default_json_cannot_carry_is_refused_naming_it(tmp_path: Path, default, shown):
+    """A TOML ``inf`` default once loaded, then made every expose and call raise."""
+    path = tmp_path / "tool.toml"
+    path.write_text(
+        f"""
+name = "d.limit"
+version = "1"
+description = "Reads up to a limit."
+executionMode = "NATIVE"
+[inputSchema]
+type = "object"
+additionalProperties = false
+properties = {{ n = {{ type = "number", default = {default} }} }}
+"""
+    )
+    with pytest.raises(DefinitionError) as raised:
+        load_definitions(path)
+    assert raised.value.field == "inputSchema.properties.n.default"
+    assert f"holds {shown}," in str(raised.value)
+
+
+def test_a_definition_built_in_python_gets_the_contracts_checks_at_registration():
+    built = ToolDefinition(
+        name="d.limit",
+        version="1",
+        title="Limit",
+        description="Reads up to a limit.",
+        input_schema={
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"n": {"type": "number", "default": float("nan")}},
+        },
+    )
+    with pytest.raises(DefinitionError, match="holds nan"):
+        Registry().register(built, handler=lambda n=1: n)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "additionalProperties": False, "properties": {}, "required": ["kye"]},
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "opts": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {"key": {"type": "string"}},
+                    "required": ["kye"],
+                }
+            },
+        },
+    ],
+)
+def test_a_required_property_a_closed_object_does_not_declare_is_refused(schema):
+    with pytest.raises(DefinitionError, match="'kye', which is not among the properties"):
+        ToolDefinition.from_dict({**SEED_EXAMPLE, "inputSchema": schema})
+
+
+def test_a_required_property_an_open_object_does_not_declare_is_allowed():
+    opts = {"type": "object", "properties": {}, "required": ["anything"]}
+    schema = {"type": "object", "additionalProperties": False, "properties": {"opts": opts}}
+    assert ToolDefinition.from_dict({**SEED_EXAMPLE, "inputSchema": schema}).name
+
+
+def test_a_tool_that_executes_commands_is_in_the_command_group_by_default():
+    data = {**SEED_EXAMPLE, "permissions": {"executeCommand": True}}
+    assert ToolDefinition.from_dict(data).concurrency_group is ConcurrencyGroup.COMMAND_EXECUTION
+    mutating = {**data, "safety": {"mutating": True}}
+    assert (
+        ToolDefinition.from_dict(mutating).concurrency_group is ConcurrencyGroup.COMMAND_EXECUTION
+    )
+
+
 class Colour(enum.StrEnum):
     RED = "red"
     BLUE = "blue"
@@ -251,6 +343,29 @@ def test_decorator_refuses_untyped_and_variadic_parameters():
         @tool("demo.variadic")
         def variadic(*items: str) -> None:
             """Variadic."""
+
+
+@pytest.mark.parametrize(
+    ("versions", "ordered"),
+    [
+        (("2.0.0", "2.0.0-rc.1"), ["2.0.0-rc.1", "2.0.0"]),
+        (("1.9", "1.9-rc", "1.10"), ["1.9-rc", "1.9", "1.10"]),
+        (
+            ("1.0.0-rc.10", "1.0.0-rc.9", "1.0.0-alpha"),
+            ["1.0.0-alpha", "1.0.0-rc.9", "1.0.0-rc.10"],
+        ),
+        (("1.0.0-rc.1", "0.9.0", "1.0.0+build.7"), ["0.9.0", "1.0.0-rc.1", "1.0.0+build.7"]),
+        (("v1.10", "v1.2"), ["v1.2", "v1.10"]),
+    ],
+)
+def test_a_pre_release_ranks_below_its_release_so_the_release_is_the_newest(versions, ordered):
+    registry = Registry()
+    for version in versions:
+        registry.register({**SEED_EXAMPLE, "version": version})
+    assert registry.versions("repo.search") == ordered
+    newest = registry.find("repo.search")
+    assert newest is not None
+    assert newest.definition.version == ordered[-1]
 
 
 def test_registry_keeps_versions_side_by_side_and_defaults_to_the_newest():
