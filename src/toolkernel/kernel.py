@@ -541,7 +541,7 @@ class Kernel:
         (for example the user of the session the call came from).
         """
         call = ToolCall(tool_name, arguments, **fields)
-        exclusive = _is_exclusive(self.registry, call)
+        exclusive = _is_exclusive(self.registry, run, call)
         results = await self._run_batch(run, [call], exclusive, on_progress, approver)
         return results[0]
 
@@ -577,7 +577,7 @@ class Kernel:
         pending = set(seen)  # ids of segments still to run (once run, they are free)
         offset = 0
         try:
-            for exclusive, batch in _segments(self.registry, calls):
+            for exclusive, batch in _segments(self.registry, run, calls):
                 repeated = {position - offset for position in repeats}
                 try:
                     results.extend(
@@ -1512,11 +1512,13 @@ def _explanation(
     }
 
 
-def _segments(registry: Registry, calls: Sequence[ToolCall]) -> list[tuple[bool, list[ToolCall]]]:
+def _segments(
+    registry: Registry, run: Run, calls: Sequence[ToolCall]
+) -> list[tuple[bool, list[ToolCall]]]:
     """Split a turn into parallel READ_ONLY runs and single exclusive calls, in order."""
     segments: list[tuple[bool, list[ToolCall]]] = []
     for call in calls:
-        exclusive = _is_exclusive(registry, call)
+        exclusive = _is_exclusive(registry, run, call)
         if not exclusive and segments and not segments[-1][0]:
             segments[-1][1].append(call)
         else:
@@ -1617,11 +1619,16 @@ def _recorded_result(event: Event) -> ToolCallResult | None:
         return None
 
 
-def _is_exclusive(registry: Registry, call: ToolCall) -> bool:
-    """Whether the call must run alone (anything but READ_ONLY; unknown tools are not)."""
+def _is_exclusive(registry: Registry, run: Run, call: ToolCall) -> bool:
+    """Whether the call must run alone (anything but READ_ONLY; unknown tools are not).
+
+    The version is found as ``Kernel._assess`` finds the one that runs: without one
+    named, the version the run was shown, not one registered since.
+    """
     if not isinstance(call.tool_name, str):
         return False  # the caller's mistake: _storable says so, clearly
-    tool = registry.find(call.tool_name, call.version)
+    shown = run.exposed.get(call.tool_name) if run.exposed is not None else None
+    tool = registry.find(call.tool_name, call.version or shown)
     return tool is not None and tool.definition.concurrency_group is not ConcurrencyGroup.READ_ONLY
 
 

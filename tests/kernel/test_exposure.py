@@ -217,3 +217,56 @@ async def test_a_tool_withdrawn_with_a_reason_is_refused_with_it_until_registere
     assert (await kernel.call(run, "x.y")).status is Status.SUCCEEDED
     kernel.unregister("x.y")  # no reason: as if it never was
     assert (await kernel.call(run, "x.y")).error_code is ErrorCode.UNKNOWN_TOOL
+
+
+MUTATING_ALLOWED = """
+[run]
+state = "EDITING"
+profile = "developer"
+[[exposure]]
+tools = ["*"]
+[policy]
+approval = { mutating = "allow" }
+"""
+
+
+async def test_the_version_a_run_was_shown_decides_whether_its_calls_run_alone(kernel_factory):
+    """A newer read-only version registered mid-run must not let the shown mutating
+    version run beside itself: the turn is split by the version that runs."""
+    import time
+
+    from toolkernel.definition import Permissions
+    from toolkernel.run import ToolCall
+
+    active, peak = [0], [0]
+
+    def body(tag: str) -> str:
+        active[0] += 1
+        peak[0] = max(peak[0], active[0])
+        time.sleep(0.2)
+        active[0] -= 1
+        return tag
+
+    writes = Permissions(read_workspace=True, write_workspace=True)
+
+    @tool("t.deploy", version="1.0", mutating=True, permissions=writes)
+    def deploy_v1(tag: str) -> str:
+        """Deploy for real."""
+        return body(tag)
+
+    @tool("t.deploy", version="2.0")
+    def deploy_v2(tag: str) -> str:
+        """Deploy as a dry run."""
+        return body(tag)
+
+    kernel = kernel_factory(MUTATING_ALLOWED)
+    kernel.register(deploy_v1)
+    run = kernel.start_run()
+    kernel.expose(run)
+    kernel.register(deploy_v2)
+    calls = [ToolCall("t.deploy", {"tag": f"d{i}"}, tool_call_id=f"c{i}") for i in range(3)]
+    results = await kernel.call_many(run, calls)
+    assert [r.status for r in results] == [Status.SUCCEEDED] * 3
+    started = [e for e in kernel.ledger.events(run.id) if e.type is EventType.TOOL_CALL_STARTED]
+    assert [e.payload["toolVersion"] for e in started] == ["1.0"] * 3
+    assert peak[0] == 1
