@@ -701,6 +701,9 @@ class Kernel:
                     "for itself; give the nested call a run of its own (kernel.start_run())"
                 )
             running = running.outer
+        # A ledger known not to take events now (group commit waiting to store its
+        # queue) refuses the calls before any runs: their events could not be kept.
+        self.ledger.check_writable()
         self._enter(run)
         try:
             # An id already open in the run would make its calls indistinguishable (in the

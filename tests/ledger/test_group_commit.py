@@ -294,7 +294,7 @@ def test_a_durable_append_that_could_not_be_stored_is_not_stored_later(tmp_path:
 
 
 def test_a_kernel_with_group_commit_works_again_once_its_ledger_can_store(
-    kernel_factory, tmp_path: Path
+    kernel_factory, calls, tmp_path: Path
 ):
     inner = WriterGate(tmp_path / "l.db")
     inner.open.set()
@@ -308,8 +308,10 @@ def test_a_kernel_with_group_commit_works_again_once_its_ledger_can_store(
     second = kernel.call_sync(run, "repo.lookup", {"query": "b"})  # stored later
     with pytest.raises(LedgerError):
         ledger.sync()
+    ran = calls.count["repo.lookup"]
     with pytest.raises(LedgerError) as refused:
         kernel.call_sync(run, "repo.lookup", {"query": "c"})
+    assert calls.count["repo.lookup"] == ran  # refused before it ran: its events had no place
     inner.full.clear()
     assert inner.stored.wait(5)
     ledger.sync()

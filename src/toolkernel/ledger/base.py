@@ -371,6 +371,17 @@ class Ledger(abc.ABC):
             LedgerError: something appended earlier could not be stored.
         """
 
+    def check_writable(self) -> None:  # noqa: B027 - a no-op for ledgers that store on append
+        """Raise now the ``LedgerError`` an append would raise, without appending.
+
+        A ledger that knows it cannot take events (group commit waiting to retry a
+        store) says so before a call runs whose events it could not take; one that
+        stores on append finds out only by trying, so this does nothing.
+
+        Raises:
+            LedgerError: the ledger takes no events now.
+        """
+
     def __enter__(self) -> Self:
         return self
 

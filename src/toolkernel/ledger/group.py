@@ -127,6 +127,16 @@ class GroupCommitLedger(Ledger):
                 raise self._withdraw(queued)
         self._raise_error()
 
+    def check_writable(self) -> None:
+        """Raise what ``append`` would raise now: the queue waits for a retry, an
+        earlier batch was lost, or the ledger is closed.
+
+        Raises:
+            LedgerError: the ledger takes no appends now.
+        """
+        with self._lock:
+            self._check()
+
     def sync(self) -> None:
         """Store what is queued, here and now, unless the writer is already storing it.
 
