@@ -177,6 +177,7 @@ class _Duplicate:
     request: ToolCallRequest
     inflight: _Inflight
     in_batch: bool = False
+    cancelled: ErrorCode | None = None  # cancelled while it waited: it shares nothing
 
 
 _Admission = _Admitted | _Duplicate | ToolCallResult
@@ -732,18 +733,21 @@ class Kernel:
             results: list[ToolCallResult] | None = None
             unstored: LedgerError | None = None
             try:
-                admissions = [
-                    self._refuse_repeated_id(run, call, journal)
-                    if index in repeated
-                    else await self._admit(run, call, journal, approver, exclusive)
-                    for index, call in enumerate(batch)
-                ]
+                admissions: list[_Admission] = []
+                for index, call in enumerate(batch):
+                    if index in repeated:  # the id is the open call's: nothing of it changes
+                        admissions.append(self._refuse_repeated_id(run, call, journal))
+                        continue
+                    admission = await self._admit(run, call, journal, approver, exclusive)
+                    if isinstance(admission, ToolCallResult):  # refused: nothing to cancel
+                        run.concluded(admission.tool_call_id)
+                    admissions.append(admission)
                 finished: list[_Finished | None] = [None] * len(admissions)
 
                 async def execute(index: int, admitted: _Admitted | _Duplicate) -> None:
                     if isinstance(admitted, _Duplicate):
                         if not admitted.in_batch:
-                            await admitted.inflight.wait()
+                            admitted.cancelled = await _await_original(run, admitted)
                         return
                     await run.acquire_read_slot()
                     try:
@@ -764,7 +768,7 @@ class Kernel:
                         for index, admitted in pending:
                             group.start_soon(execute, index, admitted)
                 results = [
-                    self._conclude(admission, finished[i], journal)
+                    self._conclude(run, admission, finished[i], journal)
                     for i, admission in enumerate(admissions)
                 ]
                 # The result of a call that changed something is stored before it returns.
@@ -1012,13 +1016,16 @@ class Kernel:
         return _Finished(result, events)
 
     def _conclude(
-        self, admission: _Admission, finished: _Finished | None, journal: _Journal
+        self, run: Run, admission: _Admission, finished: _Finished | None, journal: _Journal
     ) -> ToolCallResult:
         """The call's RESULT, written in model order."""
         if isinstance(admission, ToolCallResult):
             return admission
         if isinstance(admission, _Duplicate):
-            # Concluded in model order: an in-batch original has settled by now.
+            # Concluded in model order: an in-batch original has settled by now, and
+            # a cancel of this call while it waited for it is seen now.
+            if admission.in_batch:
+                admission.cancelled = run.cancelled_before_start(admission.request.tool_call_id)
             return self._share(admission, admission.inflight.result, journal)
         assert finished is not None  # every admitted call was executed and finished
         journal.write(finished.events)
@@ -1246,6 +1253,20 @@ class Kernel:
     def _share(
         self, dup: _Duplicate, shared: ToolCallResult | None, journal: _Journal
     ) -> ToolCallResult:
+        if dup.cancelled is not None:
+            result = ToolCallResult.from_code(
+                dup.request.tool_call_id, dup.cancelled, tool=dup.request.tool_name
+            )
+            payload = _result_payload(dup.request, result, dup.request.tool_version)
+            journal.write(
+                [
+                    NewEvent(
+                        EventType.TOOL_CALL_RESULT, payload, dup.request.tool_call_id, plain=True
+                    )
+                ]
+            )
+            self._finished(dup.request, result, dup.request.tool_version)
+            return result
         if shared is None:
             shared = ToolCallResult.from_code(
                 dup.request.tool_call_id, ErrorCode.INTERNAL_ERROR, tool=dup.request.tool_name
@@ -1620,6 +1641,21 @@ def _recorded_result(event: Event) -> ToolCallResult | None:
         return ToolCallResult.from_dict(event.payload["result"])
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
+
+
+async def _await_original(run: Run, dup: _Duplicate) -> ErrorCode | None:
+    """Wait for the call that runs ``dup``'s key; why ``dup`` was cancelled meanwhile
+    (``cancel_call`` of it, or of its run), if it was: it then stops waiting."""
+    call_id = dup.request.tool_call_id
+    token = run.token.child()
+    run.started(call_id, token)
+    try:
+        with anyio.CancelScope() as scope, token.watch(scope):
+            await dup.inflight.wait()
+    finally:
+        run.calls.pop(call_id, None)
+        run.token.release(token)
+    return token.reason if scope.cancelled_caught else None
 
 
 def _is_exclusive(registry: Registry, run: Run, call: ToolCall) -> bool:

@@ -140,6 +140,11 @@ class Run:
         if reason is not None:
             token.cancel(reason)
 
+    def concluded(self, tool_call_id: str) -> None:
+        """The call was refused: ``cancel_call`` no longer reaches it (its id stays
+        the batch's until ``finished``)."""
+        self._waiting.pop(tool_call_id, None)
+
     def finished(self, tool_call_id: str) -> None:
         """The call is over, run or refused: nothing about it is kept."""
         self.calls.pop(tool_call_id, None)

@@ -454,6 +454,111 @@ async def test_duplicates_arriving_at_the_same_moment_run_the_tool_once(kernel_f
     assert len({r.tool_call_id for r in results}) == 3
 
 
+@pytest.mark.parametrize("how", ["call", "run"])
+async def test_a_duplicate_waiting_for_its_original_can_be_cancelled(kernel_factory, how):
+    """It stops waiting at once, CANCELLED; the original runs on and succeeds."""
+    gate = anyio.Event()
+
+    @tool("job.slow", mutating=True)
+    async def slow() -> str:
+        """Mutate slowly."""
+        await gate.wait()
+        return "done"
+
+    kernel = kernel_factory(WRITER)
+    kernel.register(slow)
+    run_a, run_b = kernel.start_run(), kernel.start_run()
+    results: dict[str, Any] = {}
+
+    async def call(run: Any, call_id: str) -> None:
+        results[call_id] = await kernel.call(
+            run, "job.slow", {}, tool_call_id=call_id, idempotency_key="same"
+        )
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            group.start_soon(call, run_a, "orig")
+            await anyio.sleep(0.05)
+            group.start_soon(call, run_b, "dup")
+            await anyio.sleep(0.05)
+            if how == "call":
+                assert run_b.cancel_call("dup")
+            else:
+                run_b.cancel()
+            while "dup" not in results:
+                await anyio.sleep(0.01)
+            assert "orig" not in results  # the duplicate did not wait for it
+            gate.set()
+    assert results["orig"].status is Status.SUCCEEDED
+    assert results["dup"].status is Status.CANCELLED
+    assert results["dup"].error_code is ErrorCode.USER_CANCELLED
+    [final] = [e for e in kernel.ledger.events(run_b.id) if e.type is EventType.TOOL_CALL_RESULT]
+    assert final.payload["result"]["status"] == "CANCELLED"
+    assert "sharedWith" not in final.payload
+
+
+async def test_a_duplicate_in_the_batch_of_its_original_can_be_cancelled(kernel_factory):
+    gate = anyio.Event()
+
+    @tool("job.read", idempotent=True)
+    async def read(q: str) -> dict[str, str]:
+        """Read slowly."""
+        await gate.wait()
+        return {"q": q}
+
+    kernel = kernel_factory()
+    kernel.register(read)
+    run = kernel.start_run()
+    calls = [
+        ToolCall("job.read", {"q": "x"}, tool_call_id=f"c{i}", idempotency_key="k")
+        for i in range(2)
+    ]
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+
+            async def turn() -> None:
+                results.extend(await kernel.call_many(run, calls))
+
+            results: list[Any] = []
+            group.start_soon(turn)
+            await anyio.sleep(0.05)
+            assert run.cancel_call("c1")
+            gate.set()
+    assert [r.status for r in results] == [Status.SUCCEEDED, Status.CANCELLED]
+
+
+async def test_a_refused_call_can_no_longer_be_cancelled(kernel_factory):
+    """cancel_call says False for a call already refused, while its turn goes on."""
+    gate = anyio.Event()
+
+    @tool("job.wait", idempotent=True)
+    async def wait() -> str:
+        """Wait."""
+        await gate.wait()
+        return "done"
+
+    kernel = kernel_factory()
+    kernel.register(wait)
+    run = kernel.start_run()
+    calls = [
+        ToolCall("job.wait", {}, tool_call_id="c1"),
+        ToolCall("no.such", {}, tool_call_id="c2"),
+    ]
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+
+            async def turn() -> None:
+                results.extend(await kernel.call_many(run, calls))
+
+            results: list[Any] = []
+            group.start_soon(turn)
+            await anyio.sleep(0.05)
+            assert not run.cancel_call("c2")
+            assert run.cancel_call("c1")
+            gate.set()
+    assert [r.error_code for r in results] == [ErrorCode.USER_CANCELLED, ErrorCode.UNKNOWN_TOOL]
+
+
 async def test_duplicates_in_one_parallel_batch_share_the_first_result(kernel_factory):
     ran = []
 
