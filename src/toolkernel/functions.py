@@ -12,24 +12,34 @@
         '''
 
 The schema is 2020-12 with ``additionalProperties: false`` at every object level;
-bounds come from ``annotated_types`` metadata (``MaxLen``, ``Ge``, ``Interval`` …);
-parameter descriptions come from the Google/NumPy/reST docstring. A parameter
-annotated ``ToolContext`` is injected by the runtime and stays out of the schema.
+bounds come from ``annotated_types`` metadata (``MaxLen``, ``Ge``, ``Interval`` …) or
+pydantic's (``Field``, ``conint``, ``constr``), each on the part of the type it fits
+(``MaxLen`` on ``list[str] | None`` bounds the list); parameter descriptions come from
+the Google/NumPy/reST docstring. A parameter annotated ``ToolContext`` is injected by
+the runtime and stays out of the schema. A ``functools.partial`` is described by its
+function less the arguments it binds, a callable instance by its ``__call__``.
 
 The runtime calls the tool with the validated JSON arguments converted into the
 annotated types: Enum members, dataclass instances (their defaults filling what was
 left out), tuples, sets and frozensets, through ``Optional``/unions, lists and maps; a
-TypedDict stays a dict. The converters are built once, at decoration, and only for the
-parameters that need one: a tool whose parameters are all plain JSON types is called
-as it is.
+TypedDict stays a dict. A parameter left out gets its default; a mutable one (a list, a
+dict, a dataclass …) as a fresh copy per call. The converters are built once, at
+decoration, and only for the parameters that need one: a tool whose parameters are all
+plain JSON types, with immutable defaults, is called as it is.
+
+What the schema cannot say, or would say wrongly, is a ``DefinitionError`` at
+decoration naming the parameter: a bound that fits no part of the type, a non-finite
+or non-JSON default, a recursive type, set items that cannot be hashed, a generator.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
 import functools
 import inspect
+import math
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -42,6 +52,7 @@ from typing import (
     Literal,
     NotRequired,
     Required,
+    TypeGuard,
     get_args,
     get_origin,
     get_type_hints,
@@ -50,6 +61,7 @@ from typing import (
 import annotated_types as at
 import docstring_parser
 
+from toolkernel.canonical import canonical_json
 from toolkernel.context import ToolContext
 from toolkernel.definition import (
     ConcurrencyGroup,
@@ -145,8 +157,12 @@ def tool(
         DefinitionError: a parameter's type cannot be expressed as a strict schema, or
             the resulting definition breaks the contract.
     """
+    if isinstance(tags, str):  # a str is a Sequence[str]: each letter would be a tag
+        raise DefinitionError(name, "tags", f"tags must be a list of strings, not {tags!r}")
 
     def decorate(function: Callable[..., Any]) -> FunctionTool:
+        described = _described(function)
+        _refuse_generator(described, tool_name=name)
         try:
             schema, context_parameter, summary = schema_from_function(function, tool_name=name)
             converters = _argument_converters(function, tool_name=name)
@@ -171,7 +187,7 @@ def tool(
                 "trust": "builtin"
                 if (function.__module__ or "").startswith("toolkernel.")
                 else "trusted",
-                "source": f"python:{function.__module__}.{function.__qualname__}",
+                "source": f"python:{described.__module__}.{described.__qualname__}",
             },
             "timeoutMs": timeout_ms,
             "retry": retry_policy.to_dict(),
@@ -183,9 +199,9 @@ def tool(
         if concurrency_group is not None:
             data["concurrencyGroup"] = str(concurrency_group)
         definition = ToolDefinition.from_dict(data)
-        if not converters:
+        handler = _handler(function, converters, _fresh_defaults(function), tool_name=name)
+        if handler is function:
             return FunctionTool(definition, function, context_parameter)
-        handler = _converting(function, converters, tool_name=name)
         return FunctionTool(definition, handler, context_parameter, wrapped=function)
 
     return decorate
@@ -195,13 +211,14 @@ def schema_from_function(
     function: Callable[..., Any], *, tool_name: str = ""
 ) -> tuple[dict[str, Any], str | None, str]:
     """The input schema, the ToolContext parameter (if any) and the docstring summary."""
-    doc = docstring_parser.parse(inspect.getdoc(function) or "")
+    described = _described(function)
+    doc = docstring_parser.parse(_docstring(function))
     param_docs = {p.arg_name: p.description for p in doc.params if p.description}
-    hints = get_type_hints(function, include_extras=True)
+    hints = get_type_hints(described, include_extras=True)
     properties: dict[str, Any] = {}
     required: list[str] = []
     context_parameter: str | None = None
-    for parameter in inspect.signature(function).parameters.values():
+    for parameter in _parameters(function):
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             raise DefinitionError(
                 tool_name,
@@ -230,12 +247,13 @@ def schema_from_function(
             continue
         where = f"inputSchema.properties.{parameter.name}"
         prop = _schema_for(annotation, tool_name=tool_name, where=where)
+        default = _declared_default(parameter, prop, tool_name=tool_name, where=where)
         if parameter.name in param_docs:
             prop = {"description": param_docs[parameter.name], **prop}
-        if parameter.default is parameter.empty:
+        if default is parameter.empty:
             required.append(parameter.name)
-        elif parameter.default is not None or _allows_null(prop):
-            prop["default"] = _json_default(parameter.default, tool_name, where)
+        elif default is not None or _allows_null(prop):
+            prop["default"] = _json_default(default, prop, tool_name=tool_name, where=where)
         properties[parameter.name] = prop
     schema: dict[str, Any] = {
         "type": "object",
@@ -248,12 +266,70 @@ def schema_from_function(
     return schema, context_parameter, summary
 
 
+def _described(function: Callable[..., Any]) -> Callable[..., Any]:
+    """What holds ``function``'s type hints, docstring and name: the function itself,
+    a partial's function, or a callable instance's ``__call__``."""
+    target = _unbound(function)
+    if inspect.isroutine(target) or inspect.isclass(target):
+        return target
+    call: Callable[..., Any] = type(target).__call__
+    return call
+
+
+def _unbound(function: Callable[..., Any]) -> Callable[..., Any]:
+    while isinstance(function, functools.partial):
+        function = function.func
+    return function
+
+
+def _docstring(function: Callable[..., Any]) -> str:
+    """The docstring of what ``_described`` finds; for a callable instance, its
+    ``__call__``'s own or else its class's (``inspect.getdoc`` would inherit "Call self
+    as a function." from ``type``)."""
+    target = _unbound(function)
+    if inspect.isroutine(target) or inspect.isclass(target):
+        return inspect.getdoc(target) or ""
+    doc = type(target).__call__.__doc__ or type(target).__doc__
+    return inspect.cleandoc(doc) if doc else ""
+
+
+def _parameters(function: Callable[..., Any]) -> list[inspect.Parameter]:
+    """The parameters the runtime passes: a partial's, less the keywords it binds."""
+    bound = function.keywords if isinstance(function, functools.partial) else {}
+    return [p for p in inspect.signature(function).parameters.values() if p.name not in bound]
+
+
+def _refuse_generator(described: Callable[..., Any], *, tool_name: str) -> None:
+    """The runtime calls a tool for its result; a generator's body would never run. (A
+    decorator around one may collect what it yields, so only the function itself is
+    looked at.)"""
+    if inspect.isgeneratorfunction(described) or inspect.isasyncgenfunction(described):
+        raise DefinitionError(
+            tool_name,
+            "outputContract",
+            "a tool must return a value, not a generator: collect the items and return "
+            "them as a list",
+        )
+
+
+def _is_async(function: Callable[..., Any]) -> bool:
+    """Whether ``function`` runs as a coroutine to await: an ``async def``, also
+    behind a partial, as a callable instance's ``__call__``, or behind a sync
+    ``functools.wraps`` decorator."""
+    described = _described(function)
+    return inspect.iscoroutinefunction(described) or inspect.iscoroutinefunction(
+        inspect.unwrap(described)
+    )
+
+
 def _is_context(annotation: Any) -> bool:
-    """``ToolContext``, or ``ToolContext | None`` (the kernel always passes one)."""
+    """``ToolContext``, or ``ToolContext | None`` (the kernel always passes one), also
+    ``Annotated``."""
+    annotation = _bare(annotation)
     if annotation is ToolContext:
         return True
     if get_origin(annotation) in (typing.Union, types.UnionType):
-        return set(get_args(annotation)) == {ToolContext, type(None)}
+        return {_bare(a) for a in get_args(annotation)} == {ToolContext, type(None)}
     return False
 
 
@@ -264,14 +340,78 @@ def _allows_null(prop: Mapping[str, Any]) -> bool:
     return any(_allows_null(option) for option in prop.get("anyOf", ()))
 
 
-def _json_default(value: Any, tool_name: str, where: str) -> Any:
+def _declared_default(
+    parameter: inspect.Parameter, schema: dict[str, Any], *, tool_name: str, where: str
+) -> Any:
+    """The parameter's default, ``Parameter.empty`` if it has none. A
+    ``pydantic.Field(...)`` default adds its constraints to ``schema`` and gives its own
+    default (``_fresh_defaults`` passes that one, not the ``FieldInfo``)."""
+    default = parameter.default
+    if not _is_pydantic_field(default):
+        return default
+    _apply_metadata(schema, default, tool_name=tool_name, where=where)
+    if default.default_factory is not None:
+        raise DefinitionError(
+            tool_name,
+            f"{where}.default",
+            "pydantic.Field(default_factory=...) is not supported for a parameter: give "
+            "a default value",
+        )
+    return parameter.empty if default.is_required() else default.default
+
+
+def _json_default(value: Any, schema: Mapping[str, Any], *, tool_name: str, where: str) -> Any:
+    """``value`` as the JSON the schema advertises, refused unless the schema accepts
+    it: the model is told it, and the function gets it when the argument is left out."""
+    where = f"{where}.default"
+    json_value = _json_value(value, tool_name=tool_name, where=where)
+    if not compile_schema(schema).is_valid(json_value):
+        what = f"default {json_value!r} does not fit the parameter's type and bounds"
+        raise DefinitionError(tool_name, where, what)
+    return json_value
+
+
+def _json_value(value: Any, *, tool_name: str, where: str) -> Any:
+    """A default as JSON: an Enum as its value, a tuple or set as an array (a set's
+    items sorted, so that the definition hashes the same in every process), a mapping
+    or dataclass as an object."""
     if isinstance(value, enum.Enum):
-        return value.value
+        value = value.value
+    if isinstance(value, float) and not math.isfinite(value):
+        what = f"default must be JSON-representable: a finite number, not {value!r}"
+        raise DefinitionError(tool_name, where, what)
     if value is None or isinstance(value, str | int | float | bool):
         return value
     if isinstance(value, tuple | list):
-        return [_json_default(v, tool_name, where) for v in value]
-    raise DefinitionError(tool_name, f"{where}.default", "default must be JSON-representable")
+        return [_json_value(v, tool_name=tool_name, where=where) for v in value]
+    if isinstance(value, set | frozenset):
+        items = [_json_value(v, tool_name=tool_name, where=where) for v in value]
+        return sorted(items, key=canonical_json)
+    if isinstance(value, Mapping) and all(isinstance(key, str) for key in value):
+        return {k: _json_value(v, tool_name=tool_name, where=where) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            f.name: _json_value(getattr(value, f.name), tool_name=tool_name, where=where)
+            for f in dataclasses.fields(value)
+            if f.init
+        }
+    what = f"default must be JSON-representable; {type(value).__name__} {value!r} is not"
+    raise DefinitionError(tool_name, where, what)
+
+
+def _fresh_defaults(function: Callable[..., Any]) -> tuple[tuple[str, Any], ...]:
+    """The defaults the runtime passes itself, copied for each call: a mutable one,
+    which a call that changed it would change for every later call, and a
+    ``pydantic.Field``'s, which Python would pass as the ``FieldInfo``."""
+    fresh: list[tuple[str, Any]] = []
+    for parameter in _parameters(function):
+        default = parameter.default
+        if _is_pydantic_field(default):
+            if not default.is_required():
+                fresh.append((parameter.name, default.default))
+        elif default is not parameter.empty and copy.deepcopy(default) is not default:
+            fresh.append((parameter.name, default))  # deepcopy returns immutables as they are
+    return tuple(fresh)
 
 
 _SCALARS: Final[dict[Any, str]] = {
@@ -283,36 +423,43 @@ _SCALARS: Final[dict[Any, str]] = {
 }
 
 
-def _schema_for(annotation: Any, *, tool_name: str, where: str) -> dict[str, Any]:
+def _schema_for(
+    annotation: Any, *, tool_name: str, where: str, within: tuple[Any, ...] = ()
+) -> dict[str, Any]:
+    """``annotation``'s schema; ``within`` holds the records being described around it,
+    so that one that contains itself is refused instead of recursing forever."""
     origin = get_origin(annotation)
     if origin is Annotated:
         base, *metadata = get_args(annotation)
-        annotated = _schema_for(base, tool_name=tool_name, where=where)
+        annotated = _schema_for(base, tool_name=tool_name, where=where, within=within)
         for item in metadata:
             _apply_metadata(annotated, item, tool_name=tool_name, where=where)
         return annotated
     if annotation in _SCALARS:
         return {"type": _SCALARS[annotation]}
     if origin is Literal:
-        values = [v.value if isinstance(v, enum.Enum) else v for v in get_args(annotation)]
-        return {"enum": values}
+        return {
+            "enum": [_choice(v, tool_name=tool_name, where=where) for v in get_args(annotation)]
+        }
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
-        return {"enum": [member.value for member in annotation]}
+        return {
+            "enum": [_choice(member, tool_name=tool_name, where=where) for member in annotation]
+        }
     if origin in (typing.Union, types.UnionType):
-        return _union(annotation, tool_name=tool_name, where=where)
+        return _union(annotation, tool_name=tool_name, where=where, within=within)
     if origin in (list, Sequence, set, frozenset) or annotation in (list, tuple):
         (item,) = get_args(annotation) or (Any,)
-        schema: dict[str, Any] = {"type": "array", "items": _item(item, tool_name, where)}
+        schema: dict[str, Any] = {"type": "array", "items": _item(item, tool_name, where, within)}
         if origin in (set, frozenset):
             schema["uniqueItems"] = True
         return schema
     if origin is tuple:
         args = get_args(annotation)
         if len(args) == 2 and args[1] is Ellipsis:
-            return {"type": "array", "items": _item(args[0], tool_name, where)}
+            return {"type": "array", "items": _item(args[0], tool_name, where, within)}
         return {
             "type": "array",
-            "prefixItems": [_item(a, tool_name, where) for a in args],
+            "prefixItems": [_item(a, tool_name, where, within) for a in args],
             "items": False,
             "minItems": len(args),
             "maxItems": len(args),
@@ -321,46 +468,100 @@ def _schema_for(annotation: Any, *, tool_name: str, where: str) -> dict[str, Any
         key, value = get_args(annotation) or (str, Any)  # a bare dict: dict[str, Any]
         if key is not str:
             raise DefinitionError(tool_name, where, "mapping keys must be str")
-        return {"type": "object", "additionalProperties": _item(value, tool_name, where)}
+        return {"type": "object", "additionalProperties": _item(value, tool_name, where, within)}
+    if annotation is ToolContext:
+        what = (
+            "the ToolContext is passed by the runtime, not by the model: it can only be a "
+            "parameter's whole type (ToolContext or ToolContext | None)"
+        )
+        raise DefinitionError(tool_name, where, what)
     if typing.is_typeddict(annotation) or dataclasses.is_dataclass(annotation):
-        return _record(annotation, tool_name=tool_name, where=where)
+        return _record(annotation, tool_name=tool_name, where=where, within=within)
     if annotation is Any:
         return {}
     raise DefinitionError(tool_name, where, f"type {annotation!r} has no strict JSON Schema")
 
 
-def _item(annotation: Any, tool_name: str, where: str) -> dict[str, Any]:
-    return _schema_for(annotation, tool_name=tool_name, where=f"{where}.items")
+def _item(annotation: Any, tool_name: str, where: str, within: tuple[Any, ...]) -> dict[str, Any]:
+    return _schema_for(annotation, tool_name=tool_name, where=f"{where}.items", within=within)
 
 
-def _union(annotation: Any, *, tool_name: str, where: str) -> dict[str, Any]:
-    options = [_schema_for(a, tool_name=tool_name, where=where) for a in get_args(annotation)]
+def _choice(value: Any, *, tool_name: str, where: str) -> Any:
+    """An Enum or Literal value as JSON: a scalar, or a tuple (of them) as an array,
+    which ``_enum_converter`` turns back into the tuple."""
+    if isinstance(value, enum.Enum):
+        value = value.value
+    return _choice_item(value, tool_name=tool_name, where=where)
+
+
+def _choice_item(value: Any, *, tool_name: str, where: str) -> Any:
+    if isinstance(value, tuple):
+        return [_choice_item(v, tool_name=tool_name, where=where) for v in value]
+    finite = not isinstance(value, float) or math.isfinite(value)
+    if finite and (value is None or isinstance(value, str | int | float | bool)):
+        return value
+    what = f"an Enum or Literal value must be a JSON scalar or a tuple of them, not {value!r}"
+    raise DefinitionError(tool_name, where, what)
+
+
+def _union(
+    annotation: Any, *, tool_name: str, where: str, within: tuple[Any, ...] = ()
+) -> dict[str, Any]:
+    options = [
+        _schema_for(a, tool_name=tool_name, where=where, within=within)
+        for a in get_args(annotation)
+    ]
     if all(set(o) == {"type"} and isinstance(o["type"], str) for o in options):
         return {"type": [o["type"] for o in options]}
     return {"anyOf": options}
 
 
-def _record(annotation: Any, *, tool_name: str, where: str) -> dict[str, Any]:
+def _record(
+    annotation: Any, *, tool_name: str, where: str, within: tuple[Any, ...]
+) -> dict[str, Any]:
+    if annotation in within:
+        what = f"{_type_name(annotation)} contains itself: recursive types are not supported"
+        raise DefinitionError(tool_name, where, what)
+    within = (*within, annotation)
     hints = _record_fields(annotation)
+    properties = {
+        key: _schema_for(hint, tool_name=tool_name, where=f"{where}.{key}", within=within)
+        for key, hint in hints.items()
+    }
     if dataclasses.is_dataclass(annotation):
-        required = [
-            f.name
-            for f in dataclasses.fields(annotation)
-            if f.name in hints
-            and f.default is dataclasses.MISSING
-            and f.default_factory is dataclasses.MISSING
-        ]
+        required = _dataclass_required(annotation, properties, tool_name=tool_name, where=where)
     else:
         required = _required_keys(annotation)
     return {
         "type": "object",
         "additionalProperties": False,
-        "properties": {
-            key: _schema_for(hint, tool_name=tool_name, where=f"{where}.{key}")
-            for key, hint in hints.items()
-        },
+        "properties": properties,
         "required": required,
     }
+
+
+def _dataclass_required(
+    annotation: Any, properties: dict[str, Any], *, tool_name: str, where: str
+) -> list[str]:
+    """The fields without a default. A pydantic dataclass's ``Field(...)`` default is
+    no default: its constraints go into the field's schema, and it is required unless
+    it gives a default itself."""
+    required: list[str] = []
+    for field in dataclasses.fields(annotation):
+        if field.name not in properties:
+            continue
+        default = field.default
+        if _is_pydantic_field(default):
+            if not hasattr(annotation, "__pydantic_validator__"):
+                what = "pydantic.Field(...) as a default needs a pydantic dataclass"
+                raise DefinitionError(tool_name, f"{where}.{field.name}", what)
+            at_field = f"{where}.{field.name}"
+            _apply_metadata(properties[field.name], default, tool_name=tool_name, where=at_field)
+            if default.is_required():
+                required.append(field.name)
+        elif default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            required.append(field.name)
+    return required
 
 
 def _required_keys(typed_dict: Any) -> list[str]:
@@ -421,6 +622,10 @@ _BOUNDS: Final = {
     at.Le: ("maximum", "le"),
     at.MultipleOf: ("multipleOf", "multiple_of"),
 }
+_NUMBERS: Final = ("integer", "number")
+_SIZES: Final = {"string": "Length", "array": "Items", "object": "Properties"}
+_LOWER: Final = frozenset({"minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties"})
+_UPPER: Final = frozenset({"maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties"})
 
 
 def _apply_metadata(schema: dict[str, Any], item: Any, *, tool_name: str, where: str) -> None:
@@ -430,8 +635,13 @@ def _apply_metadata(schema: dict[str, Any], item: Any, *, tool_name: str, where:
         DefinitionError: metadata that would constrain the argument in a way the schema
             cannot say: left out, the function would get what its annotation refuses.
     """
-    is_array = schema.get("type") == "array"
-    if _is_pydantic_field(item):
+
+    def constrain(kinds: Sequence[str], keywords: Mapping[str, Any]) -> None:
+        _constrain(schema, dict.fromkeys(kinds, keywords), item, tool_name=tool_name, where=where)
+
+    if item is None or _is_pydantic_strict(item):
+        pass  # conint() leaves None for a bound not given; the schema is strict anyway
+    elif _is_pydantic_field(item):
         if item.description is not None:
             schema["description"] = item.description
         for constraint in item.metadata:
@@ -439,34 +649,26 @@ def _apply_metadata(schema: dict[str, Any], item: Any, *, tool_name: str, where:
     elif _is_pydantic_general(item):
         for name, value in vars(item).items():
             if name == "pattern":
-                schema["pattern"] = value
+                constrain(("string",), {"pattern": value})
             elif name != "strict":  # the schema is strict anyway
-                what = f"pydantic.Field({name}=...) has no JSON Schema form here"
+                what = f"pydantic's {name}=... has no JSON Schema form here"
                 raise DefinitionError(tool_name, where, what)
     elif isinstance(item, Format):
-        schema["format"] = item.name
+        constrain(("string",), {"format": item.name})
     elif isinstance(item, Pattern):
-        schema["pattern"] = item.regex
+        constrain(("string",), {"pattern": item.regex})
     elif isinstance(item, str):
         schema["description"] = item
-    elif isinstance(item, at.Interval):
-        bounds = zip(
-            ("exclusiveMinimum", "minimum", "exclusiveMaximum", "maximum"),
-            (item.gt, item.ge, item.lt, item.le),
-            strict=True,
-        )
-        schema.update({keyword: value for keyword, value in bounds if value is not None})
     elif type(item) in _BOUNDS:
         keyword, attr = _BOUNDS[type(item)]
-        schema[keyword] = getattr(item, attr)
+        constrain(_NUMBERS, {keyword: getattr(item, attr)})
     elif isinstance(item, at.MinLen):
-        schema["minItems" if is_array else "minLength"] = item.min_length
+        _constrain(schema, _sizes("min", item.min_length), item, tool_name=tool_name, where=where)
     elif isinstance(item, at.MaxLen):
-        schema["maxItems" if is_array else "maxLength"] = item.max_length
-    elif isinstance(item, at.Len):
-        schema["minItems" if is_array else "minLength"] = item.min_length
-        if item.max_length is not None:
-            schema["maxItems" if is_array else "maxLength"] = item.max_length
+        _constrain(schema, _sizes("max", item.max_length), item, tool_name=tool_name, where=where)
+    elif isinstance(item, at.GroupedMetadata):  # Interval, Len, pydantic's StringConstraints
+        for part in item:
+            _apply_metadata(schema, part, tool_name=tool_name, where=where)
     elif isinstance(item, at.Predicate | at.Timezone):
         pass  # no JSON Schema equivalent; enforced by the function itself if at all
     else:
@@ -478,10 +680,59 @@ def _apply_metadata(schema: dict[str, Any], item: Any, *, tool_name: str, where:
         raise DefinitionError(tool_name, where, what)
 
 
-def _is_pydantic_field(item: object) -> bool:
+def _constrain(
+    schema: dict[str, Any],
+    by_kind: Mapping[str, Mapping[str, Any]],
+    item: Any,
+    *,
+    tool_name: str,
+    where: str,
+) -> None:
+    """Add to each part of ``schema`` (each of a union's options but ``null``) the
+    keywords ``by_kind`` gives for its JSON type: ``MaxLen`` is ``maxItems`` on an array
+    and ``maxLength`` on a string, also inside ``Optional``. Of two bounds the tighter
+    holds, as both do in the annotation.
+
+    Raises:
+        DefinitionError: a part takes none of them (a bound on a string, a length on an
+            enum), where the keyword would be silently ignored.
+    """
+    if "anyOf" in schema:
+        for option in schema["anyOf"]:
+            if option.get("type") != "null":
+                _constrain(option, by_kind, item, tool_name=tool_name, where=where)
+        return
+    kinds = schema.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds or ())
+    kinds = [kind for kind in kinds if kind != "null"]
+    misfit = next((kind for kind in kinds if kind not in by_kind), None)
+    if misfit is not None or not kinds:
+        fits = " or ".join(by_kind)
+        what = f"{misfit} values" if misfit else "an enum, a Literal or Any"
+        raise DefinitionError(tool_name, where, f"{item!r} applies to {fits} values, not {what}")
+    for kind in kinds:
+        for keyword, value in by_kind[kind].items():
+            if keyword in schema and keyword in _LOWER:
+                value = max(schema[keyword], value)
+            elif keyword in schema and keyword in _UPPER:
+                value = min(schema[keyword], value)
+            schema[keyword] = value
+
+
+def _sizes(prefix: str, size: int) -> dict[str, dict[str, int]]:
+    """A length bound's keyword for each JSON type it fits: ``maxLength``, ``maxItems``…"""
+    return {kind: {f"{prefix}{noun}": size} for kind, noun in _SIZES.items()}
+
+
+def _is_pydantic_field(item: object) -> TypeGuard[Any]:
     """Whether ``item`` is ``pydantic.Field(...)`` (pydantic is not imported for it)."""
     kind = type(item)
     return kind.__name__ == "FieldInfo" and kind.__module__ == "pydantic.fields"
+
+
+def _is_pydantic_strict(item: object) -> bool:
+    kind = type(item)
+    return kind.__name__ == "Strict" and kind.__module__.startswith("pydantic")
 
 
 def _is_pydantic_general(item: object) -> bool:
@@ -500,9 +751,9 @@ def _argument_converters(
     function: Callable[..., Any], *, tool_name: str
 ) -> tuple[tuple[str, _Convert], ...]:
     """The parameters whose JSON value needs converting, each with its converter."""
-    hints = get_type_hints(function, include_extras=True)
+    hints = get_type_hints(_described(function), include_extras=True)
     converters: list[tuple[str, _Convert]] = []
-    for name in inspect.signature(function).parameters:
+    for name in (parameter.name for parameter in _parameters(function)):
         annotation = hints[name]
         if _is_context(annotation) or _is_whole_number(annotation):
             continue  # dispatch already turns a top-level 1.0 into 1
@@ -527,15 +778,24 @@ def _bare(annotation: Any) -> Any:
     return get_args(annotation)[0] if get_origin(annotation) is Annotated else annotation
 
 
-def _converting(
+def _handler(
     function: Callable[..., Any],
     converters: tuple[tuple[str, _Convert], ...],
+    defaults: tuple[tuple[str, Any], ...],
     *,
     tool_name: str,
 ) -> Callable[..., Any]:
-    """``function`` behind a wrapper that converts its arguments; async stays async."""
+    """What the runtime calls: ``function`` itself when it can, else a wrapper that
+    converts the arguments, passes a fresh copy of each default in ``defaults`` for an
+    argument left out, and is ``async`` when ``function`` runs as a coroutine: the
+    runtime tells sync from async by the ``async def`` it calls, which a sync
+    decorator or a callable instance hides."""
+    asynchronous = _is_async(function)
+    if not converters and not defaults and asynchronous == inspect.iscoroutinefunction(function):
+        return function
+    hints = get_type_hints(_described(function), include_extras=True)
 
-    def convert(arguments: dict[str, Any]) -> None:
+    def prepare(arguments: dict[str, Any]) -> None:
         for name, converter in converters:
             if name in arguments:
                 try:
@@ -545,21 +805,25 @@ def _converting(
                 except Exception as exc:
                     raise TypeError(
                         f"{tool_name}: argument '{name}' could not be converted to "
-                        f"{_type_name(get_type_hints(function, include_extras=True)[name])}"
+                        f"{_type_name(hints[name])}"
                     ) from exc
+        for name, default in defaults:
+            if name not in arguments:
+                arguments[name] = copy.deepcopy(default)
 
-    if inspect.iscoroutinefunction(function):
+    if asynchronous:
 
         @functools.wraps(function)
         async def call_async(**arguments: Any) -> Any:
-            convert(arguments)
-            return await function(**arguments)
+            prepare(arguments)
+            result = function(**arguments)
+            return (await result) if inspect.isawaitable(result) else result
 
         return call_async
 
     @functools.wraps(function)
     def call(**arguments: Any) -> Any:
-        convert(arguments)
+        prepare(arguments)
         return function(**arguments)
 
     return call
@@ -580,7 +844,7 @@ def _converter(annotation: Any, *, tool_name: str, where: str) -> _Convert | Non
     if origin is Literal:
         return _literal(get_args(annotation))
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
-        return annotation
+        return _enum_converter(annotation)
     if origin in (typing.Union, types.UnionType):
         return _union_converter(get_args(annotation), tool_name=tool_name, where=where)
     if origin in (list, Sequence, set, frozenset) or annotation in (list, tuple):
@@ -615,7 +879,19 @@ def _literal(options: tuple[Any, ...]) -> _Convert | None:
     members.update((o, o) for o in options if type(o) is int)
     if not members:
         return None
-    return lambda value: value if type(value) is bool else members.get(value, value)
+    return lambda value: value if type(value) is bool else members.get(_tuples(value), value)
+
+
+def _enum_converter(kind: type[enum.Enum]) -> _Convert:
+    """The member, found by its value: a tuple value arrives as a JSON array."""
+    if any(isinstance(member.value, tuple) for member in kind):
+        return lambda value: kind(_tuples(value))
+    return kind
+
+
+def _tuples(value: Any) -> Any:
+    """``value`` with its arrays as tuples, as an enum's tuple values are written."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 def _collection(kind: Callable[[Any], Any], convert: _Convert | None) -> _Convert:
@@ -682,14 +958,29 @@ def _convert_fields(
 
 def _check_hashable(annotation: Any, *, tool_name: str, where: str) -> None:
     """Set items become set members: refuse, at decoration, types that cannot be."""
+    unhashable = _unhashable(annotation)
+    if unhashable is not None:
+        what = f"set items must be hashable; {_type_name(unhashable)} is not"
+        raise DefinitionError(tool_name, where, what)
+
+
+def _unhashable(annotation: Any) -> Any:
+    """The part of ``annotation`` whose values cannot be hashed, if any: a list, a map,
+    a set, ``Any`` (which admits them), or such a part of a union, a tuple or a frozen
+    dataclass."""
     annotation = _bare(annotation)
     origin = get_origin(annotation) or annotation
-    unhashable = (
-        origin in (list, dict, set, Mapping, Sequence)
+    if (
+        annotation in (Any, tuple)  # a bare tuple's items are Any
+        or origin in (list, dict, set, Mapping, Sequence)
         or typing.is_typeddict(annotation)
         or (isinstance(annotation, type) and annotation.__hash__ is None)
-    )
-    if unhashable:
-        raise DefinitionError(
-            tool_name, where, f"set items must be hashable; {_type_name(annotation)} is not"
-        )
+    ):
+        return annotation
+    if origin in (typing.Union, types.UnionType, tuple):
+        parts: Sequence[Any] = [a for a in get_args(annotation) if a is not Ellipsis]
+    elif dataclasses.is_dataclass(annotation):
+        parts = list(_record_fields(annotation).values())
+    else:
+        return None
+    return next((u for u in map(_unhashable, parts) if u is not None), None)
