@@ -264,6 +264,10 @@ class _Journal:
                 except LedgerError as exc:
                     _log.warning("an idempotency key stays claimed until its lease ends: %s", exc)
 
+    def withdraw(self, event: NewEvent) -> None:
+        """Take back an event not stored yet (what it says did not happen)."""
+        self._events = [kept for kept in self._events if kept is not event]
+
     @property
     def pending(self) -> bool:
         """Whether events are waiting for a flush (one that failed puts them back)."""
@@ -813,7 +817,10 @@ class Kernel:
         """REQUEST → lookup → parse → validate → idempotency → authorize → approval → STARTED."""
         received_ns = time.time_ns()
         request, rejected = self._request(run, call)
-        events = [_request_event(request)]
+        # In the journal at once: whatever fails later (a claim, a store), the call's
+        # proposal is recorded, with the RESULT its batch concludes it with.
+        journal.write([_request_event(request)])
+        events: list[NewEvent] = []
         self._received[(run.id, request.tool_call_id)] = received_ns
         journal.call_ids.append(request.tool_call_id)
         run.proposed(request.tool_call_id)
@@ -863,26 +870,30 @@ class Kernel:
                 return claimed
         run.meter.charge(name, decision.cost, rate_keys(self.config.policy, name))
         started_at = timestamp()
-        events.append(
-            NewEvent(
-                EventType.TOOL_CALL_STARTED,
-                {
-                    "toolName": name,
-                    "toolVersion": tool.definition.version,
-                    "definitionHash": tool.definition.hash,
-                    "executionMode": str(tool.definition.execution_mode),
-                    "flaggedForReview": decision.audit,
-                    "startedAt": started_at,
-                },
-                call_id,
-                plain=True,
-            )
+        started = NewEvent(
+            EventType.TOOL_CALL_STARTED,
+            {
+                "toolName": name,
+                "toolVersion": tool.definition.version,
+                "definitionHash": tool.definition.hash,
+                "executionMode": str(tool.definition.execution_mode),
+                "flaggedForReview": decision.audit,
+                "startedAt": started_at,
+            },
+            call_id,
+            plain=True,
         )
+        events.append(started)
         journal.write(events)
         if tool.definition.concurrency_group is not ConcurrencyGroup.READ_ONLY:
             # A call that can change things is on disk before it runs. A READ_ONLY call
             # changes nothing, so its REQUEST and STARTED go in with its RESULT.
-            journal.flush(durable=True)
+            try:
+                journal.flush(durable=True)
+            except LedgerError as exc:
+                if not exc.maybe_stored:  # it never starts: no STARTED is recorded later
+                    journal.withdraw(started)
+                raise
         return _Admitted(request, tool, decision, inflight, started_at=started_at)
 
     async def _execute(

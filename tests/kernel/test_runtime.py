@@ -26,10 +26,10 @@ from toolkernel.codes import ErrorCode, Status
 from toolkernel.context import ToolContext
 from toolkernel.definition import ExecutionMode, RetryPolicy
 from toolkernel.dispatch import NativeAdapter, Outcome
-from toolkernel.errors import ToolFailed, UsageError
+from toolkernel.errors import LedgerError, ToolFailed, UsageError
 from toolkernel.functions import FunctionTool, tool
 from toolkernel.kernel import Kernel
-from toolkernel.ledger import EventType
+from toolkernel.ledger import EventType, SqliteLedger
 from toolkernel.normalize import DEFAULT_CHAIN, Finishing
 from toolkernel.run import Run, ToolCall
 from toolkernel.testing import event_types
@@ -867,8 +867,9 @@ async def test_an_idempotency_key_held_by_an_interrupted_call_is_released(kernel
 async def test_a_failed_durable_write_is_retried_with_the_interrupted_result(
     kernel_factory, workspace
 ):
-    """The REQUEST and STARTED of a mutating call are not dropped when their durable
-    write fails; they are stored later with the call's RESULT."""
+    """The REQUEST of a mutating call is not dropped when its write-ahead store fails;
+    it is stored later with the call's RESULT, and no STARTED: the call never started
+    (replay would call it dispatched)."""
     from toolkernel.errors import LedgerError
     from toolkernel.ledger import SqliteLedger
 
@@ -890,11 +891,7 @@ async def test_a_failed_durable_write_is_retried_with_the_interrupted_result(
         await kernel.call(run, "file.write", arguments, tool_call_id="call_flaky")
     assert not (workspace / "notes.txt").exists()  # not stored: not run
     events = [e for e in ledger.events(run.id) if e.tool_call_id == "call_flaky"]
-    assert [e.type for e in events] == [
-        EventType.TOOL_CALL_REQUEST,
-        EventType.TOOL_CALL_STARTED,
-        EventType.TOOL_CALL_RESULT,
-    ]
+    assert [e.type for e in events] == [EventType.TOOL_CALL_REQUEST, EventType.TOOL_CALL_RESULT]
     assert events[-1].payload["result"]["errorCode"] == "INTERNAL_ERROR"
     report = ledger.verify()
     assert report.ok
@@ -1702,3 +1699,39 @@ async def test_a_tool_name_longer_than_any_tool_has_is_recorded_cut_and_unknown(
     assert [e.type for e in stored] == [EventType.TOOL_CALL_REQUEST, EventType.TOOL_CALL_RESULT]
     assert stored[0].payload["toolName"] == "x" * 128 + "…"
     assert sum(len(json.dumps(e.payload)) for e in stored) < 10_000
+
+
+class LockedLedger(SqliteLedger):
+    """A ledger another process keeps locked for a while: key claims fail as often as
+    asked."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.failing_claims = 0
+
+    def claim_key(self, tool_name: str, key: str, owner: str, lease_s: float) -> bool:
+        if self.failing_claims:
+            self.failing_claims -= 1
+            raise LedgerError("database is locked")
+        return super().claim_key(tool_name, key, owner, lease_s)
+
+
+async def test_a_call_whose_key_claim_failed_is_recorded_as_never_started(
+    kernel_factory, calls, tmp_path
+):
+    """Its REQUEST is kept and concluded (FAILED/INTERNAL_ERROR) once the ledger can
+    store, and no STARTED says it ran: it did not."""
+    ledger = LockedLedger(tmp_path / "ledger.db")
+    kernel = kernel_factory(WRITER, ledger=ledger)
+    run = kernel.start_run()
+    ledger.failing_claims = 1
+    key = "k"
+    with pytest.raises(LedgerError):
+        await kernel.call(run, "file.write", {"path": "a.txt", "text": "x"}, idempotency_key=key)
+    assert "file.write" not in calls.count
+    kinds = [(e.type, e.payload.get("result", {}).get("errorCode")) for e in ledger.events(run.id)]
+    assert kinds == [
+        (EventType.TOOL_CALL_REQUEST, None),
+        (EventType.TOOL_CALL_RESULT, "INTERNAL_ERROR"),
+    ]
+    assert ledger.verify().ok
