@@ -30,10 +30,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any, Final, Literal, get_args
+from typing import Any, Final, Literal, Protocol, get_args
 
 import anyio
 
+from toolkernel.arguments import DEFAULT_MAX_BYTES
 from toolkernel.calls import ToolCallResult
 from toolkernel.definition import ToolDefinition
 from toolkernel.errors import UsageError
@@ -51,6 +52,7 @@ from toolkernel.providers import (
     render_openai_responses_results,
     render_openai_responses_tools,
 )
+from toolkernel.providers.names import answering
 from toolkernel.run import Run, ToolCall
 from toolkernel.tracing import current_traceparent
 
@@ -60,13 +62,32 @@ Provider = Literal["openai-chat", "openai-responses", "anthropic"]
 """The provider API a loop speaks: OpenAI Chat Completions, OpenAI Responses, Anthropic."""
 
 
+class CallParser(Protocol):
+    """Reads a provider response's tool calls (``parse_openai_chat`` and the others).
+
+    ``max_argument_bytes`` is the kernel's cap on one call's arguments, within which a
+    parser may read them (the OpenAI parsers do, to drop strict mode's nulls).
+    """
+
+    def __call__(
+        self, response: Any, names: NameMap, /, *, max_argument_bytes: int = ...
+    ) -> list[ToolCall]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ProviderFormat:
     """One provider API's three translations."""
 
     render_tools: Callable[[Sequence[ToolDefinition]], list[dict[str, Any]]]
-    parse: Callable[[Any, NameMap], list[ToolCall]]
+    parse: CallParser
     render_results: Callable[[Sequence[ToolCallResult]], list[dict[str, Any]]]
+
+
+def _anthropic_calls(
+    message: Any, names: NameMap, *, max_argument_bytes: int = DEFAULT_MAX_BYTES
+) -> list[ToolCall]:
+    # Anthropic's input arrives decoded and its tools are not strict: nothing to read.
+    return parse_anthropic(message, names)
 
 
 def _anthropic_results(results: Sequence[ToolCallResult]) -> list[dict[str, Any]]:
@@ -82,19 +103,9 @@ FORMATS: Final[Mapping[Provider, ProviderFormat]] = MappingProxyType(
         "openai-responses": ProviderFormat(
             render_openai_responses_tools, parse_openai_responses, render_openai_responses_results
         ),
-        "anthropic": ProviderFormat(render_anthropic_tools, parse_anthropic, _anthropic_results),
+        "anthropic": ProviderFormat(render_anthropic_tools, _anthropic_calls, _anthropic_results),
     }
 )
-
-
-def _answering(call: ToolCall, result: ToolCallResult) -> ToolCallResult:
-    """``result`` under the id the model gave its call. The ledger keeps its own: one
-    made up for a call without an id (some OpenAI-compatible servers send ``""``), and
-    NUL or a lone surrogate written as an escape. A provider expects every call of the
-    turn answered under the id it sent."""
-    if call.tool_call_id is None or call.tool_call_id == result.tool_call_id:
-        return result
-    return result.with_(tool_call_id=call.tool_call_id)
 
 
 def tool_names(kernel: Kernel, shown: Sequence[ToolDefinition]) -> NameMap:
@@ -175,7 +186,9 @@ class AgentLoop:
         """
         if self._names is None:
             self._names = tool_names(self.kernel, self.kernel.list_available(self.run.context))
-        calls = self._format.parse(response, self._names)
+        calls = self._format.parse(
+            response, self._names, max_argument_bytes=self.kernel.config.max_argument_bytes
+        )
         traceparent = current_traceparent()
         if traceparent is None:
             return calls
@@ -194,7 +207,7 @@ class AgentLoop:
         if not calls:
             return []
         results = await self.kernel.call_many(self.run, calls, on_progress=self.on_progress)
-        return [_answering(call, result) for call, result in zip(calls, results, strict=True)]
+        return list(answering(calls, results))
 
     def render(self, results: Sequence[ToolCallResult]) -> list[dict[str, Any]]:
         """The messages that carry ``results`` back to the model (their projections)."""

@@ -156,7 +156,8 @@ def run_replay(
         run = kernel.start_run()
         names = tool_names(kernel, kernel.list_available(run.context))
         try:
-            turns = [_Turn(line.number, _calls(path, line, names)) for line in lines]
+            cap = config.max_argument_bytes
+            turns = [_Turn(line.number, _calls(path, line, names, cap)) for line in lines]
         except ReplayInputError as exc:
             return _refuse(exc, err)
         if dry_run:
@@ -220,9 +221,11 @@ def _document(path: Path, number: int, raw: bytes, family: ReplayFamily | None) 
     return _Line(number, detected, document)
 
 
-def _calls(path: Path, line: _Line, names: NameMap) -> list[ToolCall]:
+def _calls(path: Path, line: _Line, names: NameMap, max_argument_bytes: int) -> list[ToolCall]:
     try:
-        return FORMATS[line.provider].parse(line.document, names)
+        return FORMATS[line.provider].parse(
+            line.document, names, max_argument_bytes=max_argument_bytes
+        )
     except ProviderFormatError as exc:
         raise ReplayInputError(f"{path}: line {line.number}: {exc}") from exc
 

@@ -4,8 +4,9 @@
 
     names = NameMap.build(definitions)
     tools = render_anthropic_tools(definitions)             # → tools=[...]
-    calls = parse_anthropic(message, names)                 # → kernel.call_many(run, calls)
-    messages.append(render_anthropic_results(results))      # one user message per turn
+    calls = parse_anthropic(message, names)
+    results = await kernel.call_many(run, calls)
+    messages.append(render_anthropic_results(results, calls=calls))  # one user message
 
 Anthropic sends ``input`` already decoded; an ``input`` that is not an object is
 handed to the kernel as JSON text, which refuses it as ARGUMENTS_NOT_OBJECT.
@@ -13,7 +14,6 @@ handed to the kernel as JSON text, which refuses it as ARGUMENTS_NOT_OBJECT.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -23,11 +23,13 @@ from toolkernel.definition import ToolDefinition
 from toolkernel.providers.names import (
     NameMap,
     ProviderFormatError,
+    answering,
     as_json_text,
     load_document,
     projection_json,
     read_field,
 )
+from toolkernel.providers.schemas import plain_object_schema
 from toolkernel.run import ToolCall
 
 __all__ = ["parse_anthropic", "render_anthropic_results", "render_anthropic_tools"]
@@ -43,20 +45,15 @@ def render_anthropic_tools(definitions: Sequence[ToolDefinition]) -> list[dict[s
 
     Returns:
         One ``{"name", "description", "input_schema"}`` entry per definition; the
-        input schema is the tool's own.
+        input schema is the tool's own, made a plain object at its top level
+        (``plain_object_schema``: Anthropic refuses the whole request over a top-level
+        ``anyOf``/``oneOf``/``allOf``), with what that left out said in the description.
 
     Raises:
         ProviderNameError: two tools map to the same provider name.
     """
     names = NameMap.build(definitions)
-    return [
-        {
-            "name": names.provider_name(d.name),
-            "description": d.description,
-            "input_schema": json.loads(json.dumps(d.input_schema)),
-        }
-        for d in definitions
-    ]
+    return [_tool(names, d) for d in definitions]
 
 
 def parse_anthropic(message: Any, names: NameMap) -> list[ToolCall]:
@@ -79,11 +76,22 @@ def parse_anthropic(message: Any, names: NameMap) -> list[ToolCall]:
     return [_call(block, names) for block in content if read_field(block, "type") == "tool_use"]
 
 
-def render_anthropic_results(results: Sequence[ToolCallResult]) -> dict[str, Any]:
+def render_anthropic_results(
+    results: Sequence[ToolCallResult], *, calls: Sequence[ToolCall] | None = None
+) -> dict[str, Any]:
     """One user message with a ``tool_result`` block per result, in order.
 
     Anthropic wants every result of a turn in the one user message that follows it.
     ``is_error`` is set unless the call succeeded (fully or partly).
+
+    Args:
+        results: the results of one model turn (``Kernel.call_many``).
+        calls: the calls they answer, as parsed. Pass them: the kernel records a call
+            under an id of its own where it cannot keep the one sent, and the model
+            must be answered under the id it sent.
+
+    Raises:
+        UsageError: ``calls`` and ``results`` differ in number.
     """
     return {
         "role": "user",
@@ -94,8 +102,17 @@ def render_anthropic_results(results: Sequence[ToolCallResult]) -> dict[str, Any
                 "content": projection_json(r),
                 "is_error": r.status not in _USABLE,
             }
-            for r in results
+            for r in answering(calls, results)
         ],
+    }
+
+
+def _tool(names: NameMap, definition: ToolDefinition) -> dict[str, Any]:
+    schema, note = plain_object_schema(definition.input_schema)
+    return {
+        "name": names.provider_name(definition.name),
+        "description": f"{definition.description} {note}" if note else definition.description,
+        "input_schema": schema,
     }
 
 

@@ -8,7 +8,8 @@ transform, so a name the model invents stays as it is and the kernel refuses it 
 UNKNOWN_TOOL.
 
 The rest is shared by the provider modules: ``ProviderFormatError``, reading fields
-from SDK objects and plain mappings alike, and the JSON text of a model projection.
+from SDK objects and plain mappings alike, the JSON text of a model projection, and
+results put back under the ids the model gave its calls.
 """
 
 from __future__ import annotations
@@ -16,19 +17,21 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
 
 from toolkernel.calls import ToolCallResult
 from toolkernel.definition import ToolDefinition
-from toolkernel.errors import DefinitionError, ToolkernelError
+from toolkernel.errors import DefinitionError, ToolkernelError, UsageError
+from toolkernel.run import ToolCall
 
 __all__ = [
     "NameMap",
     "ProviderFormatError",
     "ProviderNameError",
+    "answering",
     "as_json_text",
     "is_record",
     "load_document",
@@ -188,3 +191,32 @@ def as_json_text(value: Any) -> str:
 def projection_json(result: ToolCallResult) -> str:
     """The model projection of ``result`` as compact JSON text: all a model may see."""
     return json.dumps(result.projection(), ensure_ascii=False, separators=(",", ":"))
+
+
+def answering(
+    calls: Sequence[ToolCall] | None, results: Sequence[ToolCallResult]
+) -> Sequence[ToolCallResult]:
+    """``results`` under the ids the model gave their ``calls`` (as they are without calls).
+
+    The ledger keeps the kernel's own id for a call: one made up for a call without an
+    id (some OpenAI-compatible servers send ``""``), and NUL or a lone surrogate written
+    as an escape. A provider expects every call of the turn answered under the id it
+    sent.
+
+    Raises:
+        UsageError: ``calls`` and ``results`` differ in number.
+    """
+    if calls is None:
+        return results
+    if len(calls) != len(results):
+        raise UsageError(
+            f"{len(results)} results for {len(calls)} calls: pass the calls the results "
+            "answer, in the order they were run"
+        )
+    return [_answering(call, result) for call, result in zip(calls, results, strict=True)]
+
+
+def _answering(call: ToolCall, result: ToolCallResult) -> ToolCallResult:
+    if call.tool_call_id is None or call.tool_call_id == result.tool_call_id:
+        return result
+    return result.with_(tool_call_id=call.tool_call_id)

@@ -4,28 +4,35 @@
 
     names = NameMap.build(definitions)
     tools = render_openai_chat_tools(definitions)          # → tools=[...]
-    calls = parse_openai_chat(completion, names)            # → kernel.call_many(run, calls)
-    messages = render_openai_chat_results(results)          # → append to the conversation
+    calls = parse_openai_chat(completion, names, max_argument_bytes=config.max_argument_bytes)
+    results = await kernel.call_many(run, calls)
+    messages = render_openai_chat_results(results, calls=calls)   # → append to the conversation
+
+``config`` is the kernel's (``kernel.config``): arguments within its size cap are read
+for strict mode's "left out" nulls, and ``calls=`` answers every call under the id the
+model sent, which the kernel may have replaced in its own records.
 
 Tools are sent in strict mode where their schema allows it (see
-``toolkernel.providers.schemas``), with ``strict: false`` and the real schema where it
-does not. Parsing keeps the model's order and call ids and never judges the arguments:
-the kernel parses and bounds them, so malformed ones come back as INVALID_ARGUMENTS
-results with a specific code.
+``toolkernel.providers.schemas``), with ``strict: false`` and the real schema (as a plain
+object at the top level) where it does not. Descriptions are cut to the 1,024
+characters Chat Completions accepts. Parsing keeps the model's order and call ids and
+never judges the arguments: the kernel parses and bounds them, so malformed ones come
+back as INVALID_ARGUMENTS results with a specific code.
 """
 
 from __future__ import annotations
 
-import json
+import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
-from toolkernel.arguments import ArgumentsRejected, parse_arguments
+from toolkernel.arguments import DEFAULT_MAX_BYTES, ArgumentsRejected, parse_arguments
 from toolkernel.calls import ToolCallResult
 from toolkernel.definition import ToolDefinition
 from toolkernel.providers.names import (
     NameMap,
     ProviderFormatError,
+    answering,
     as_json_text,
     is_record,
     load_document,
@@ -35,6 +42,7 @@ from toolkernel.providers.names import (
 from toolkernel.providers.schemas import (
     StrictSchemaError,
     openai_strict_schema,
+    plain_object_schema,
     strip_strict_nulls,
 )
 from toolkernel.run import ToolCall
@@ -49,6 +57,13 @@ __all__ = [
 ]
 
 RawArguments = str | bytes | Mapping[str, Any] | None
+
+# Chat Completions refuses the whole request when one function's description is longer
+# ("string_above_max_length"). The Responses API does not document a limit either way;
+# a description cut for it too costs nothing, a refused request costs the turn.
+MAX_DESCRIPTION_CHARS: Final = 1024
+_ELLIPSIS: Final = "…"
+_TRAILING_WORD: Final = re.compile(r"\s+\S*\Z")
 
 
 def render_openai_chat_tools(definitions: Sequence[ToolDefinition]) -> list[dict[str, Any]]:
@@ -83,7 +98,9 @@ def render_openai_responses_tools(
     return [{"type": "function", **fn} for fn in _functions(definitions)]
 
 
-def parse_openai_chat(response: Any, names: NameMap) -> list[ToolCall]:
+def parse_openai_chat(
+    response: Any, names: NameMap, *, max_argument_bytes: int = DEFAULT_MAX_BYTES
+) -> list[ToolCall]:
     """The tool calls a Chat Completions response proposes, in the model's order.
 
     Only the first choice is read (agents ask for one).
@@ -91,6 +108,9 @@ def parse_openai_chat(response: Any, names: NameMap) -> list[ToolCall]:
     Args:
         response: a ``ChatCompletion``, its ``model_dump()``, or its JSON text.
         names: the map the tools were rendered with.
+        max_argument_bytes: the kernel's ``Config.max_argument_bytes``; arguments up
+            to that size are read for the ``null`` values strict mode sends for "left
+            out", which are dropped (larger ones go to the kernel as sent).
 
     Returns:
         One ToolCall per entry of ``choices[0].message.tool_calls``, its ``id`` kept.
@@ -113,15 +133,18 @@ def parse_openai_chat(response: Any, names: NameMap) -> list[ToolCall]:
         return []
     if not isinstance(entries, list | tuple):
         raise ProviderFormatError("OpenAI chat completion: 'tool_calls' is not a list")
-    return [_chat_call(entry, names) for entry in entries]
+    return [_chat_call(entry, names, max_argument_bytes) for entry in entries]
 
 
-def parse_openai_responses(response: Any, names: NameMap) -> list[ToolCall]:
+def parse_openai_responses(
+    response: Any, names: NameMap, *, max_argument_bytes: int = DEFAULT_MAX_BYTES
+) -> list[ToolCall]:
     """The ``function_call`` items of a Responses API response, in the model's order.
 
     Args:
         response: a ``Response``, its ``model_dump()``, or its JSON text.
         names: the map the tools were rendered with.
+        max_argument_bytes: as for ``parse_openai_chat``.
 
     Returns:
         One ToolCall per ``function_call`` item, its ``call_id`` kept as the id.
@@ -134,27 +157,45 @@ def parse_openai_responses(response: Any, names: NameMap) -> list[ToolCall]:
     if not isinstance(output, list | tuple):
         raise ProviderFormatError("OpenAI response: no 'output' list")
     return [
-        _call(names, *(read_field(item, key) for key in ("name", "arguments", "call_id")))
+        _function_call(item, names, max_argument_bytes)
         for item in output
         if read_field(item, "type") == "function_call"
     ]
 
 
-def render_openai_chat_results(results: Sequence[ToolCallResult]) -> list[dict[str, Any]]:
-    """One ``role: "tool"`` message per result, in order, carrying its projection."""
+def render_openai_chat_results(
+    results: Sequence[ToolCallResult], *, calls: Sequence[ToolCall] | None = None
+) -> list[dict[str, Any]]:
+    """One ``role: "tool"`` message per result, in order, carrying its projection.
+
+    Args:
+        results: the results of one model turn (``Kernel.call_many``).
+        calls: the calls they answer, as parsed. Pass them: the kernel records a call
+            sent without an id (some OpenAI-compatible servers send ``""``) under an
+            id it makes up, and the model must be answered under the id it sent.
+
+    Raises:
+        UsageError: ``calls`` and ``results`` differ in number.
+    """
     return [
         {"role": "tool", "tool_call_id": r.tool_call_id, "content": projection_json(r)}
-        for r in results
+        for r in answering(calls, results)
     ]
 
 
 def render_openai_responses_results(
-    results: Sequence[ToolCallResult],
+    results: Sequence[ToolCallResult], *, calls: Sequence[ToolCall] | None = None
 ) -> list[dict[str, Any]]:
-    """One ``function_call_output`` input item per result, in order."""
+    """One ``function_call_output`` input item per result, in order.
+
+    ``calls`` as for ``render_openai_chat_results``.
+
+    Raises:
+        UsageError: ``calls`` and ``results`` differ in number.
+    """
     return [
         {"type": "function_call_output", "call_id": r.tool_call_id, "output": projection_json(r)}
-        for r in results
+        for r in answering(calls, results)
     ]
 
 
@@ -162,16 +203,11 @@ def _functions(definitions: Sequence[ToolDefinition]) -> list[dict[str, Any]]:
     names = NameMap.build(definitions)
     functions = []
     for definition in definitions:
-        try:
-            parameters, strict = openai_strict_schema(definition.input_schema), True
-        except StrictSchemaError:
-            # The kernel validates against the real schema either way; strict mode only
-            # shapes decoding, so a tool it cannot express is still offered, unconstrained.
-            parameters, strict = json.loads(json.dumps(definition.input_schema)), False
+        parameters, strict, note = _parameters(definition.input_schema)
         functions.append(
             {
                 "name": names.provider_name(definition.name),
-                "description": definition.description,
+                "description": _description(definition.description, note),
                 "parameters": parameters,
                 "strict": strict,
             }
@@ -179,7 +215,37 @@ def _functions(definitions: Sequence[ToolDefinition]) -> list[dict[str, Any]]:
     return functions
 
 
-def _chat_call(entry: Any, names: NameMap) -> ToolCall:
+def _parameters(schema: Mapping[str, Any]) -> tuple[dict[str, Any], bool, str]:
+    """The ``parameters`` to send, whether they are strict, and a note for the
+    description saying what a plain schema had to leave out."""
+    try:
+        return openai_strict_schema(schema), True, ""
+    except StrictSchemaError:
+        # The kernel validates against the real schema either way; strict mode only
+        # shapes decoding, so a tool it cannot express is still offered, unconstrained.
+        parameters, note = plain_object_schema(schema)
+        return parameters, False, note
+
+
+def _description(text: str, note: str) -> str:
+    """``text`` and ``note`` in at most MAX_DESCRIPTION_CHARS, ``text`` cut at a word."""
+    suffix = f" {note}" if note else ""
+    return _shortened(text, MAX_DESCRIPTION_CHARS - len(suffix)) + suffix
+
+
+def _shortened(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - len(_ELLIPSIS)]
+    if not text[len(cut)].isspace():
+        partial = _TRAILING_WORD.search(cut)
+        # A description without a space in its second half is cut mid-word instead.
+        if partial and partial.start() >= limit // 2:
+            cut = cut[: partial.start()]
+    return cut.rstrip() + _ELLIPSIS
+
+
+def _chat_call(entry: Any, names: NameMap, max_argument_bytes: int) -> ToolCall:
     function = read_field(entry, "function")
     if is_record(function):
         name, raw = read_field(function, "name"), read_field(function, "arguments")
@@ -187,20 +253,25 @@ def _chat_call(entry: Any, names: NameMap) -> ToolCall:
         # A custom tool's call carries free text; the kernel refuses it as not JSON.
         custom = read_field(entry, "custom")
         name, raw = read_field(custom, "name"), read_field(custom, "input")
-    return _call(names, name, raw, read_field(entry, "id"))
+    return _call(names, name, raw, read_field(entry, "id"), max_argument_bytes)
 
 
-def _call(names: NameMap, name: Any, raw: Any, call_id: Any) -> ToolCall:
+def _function_call(item: Any, names: NameMap, max_argument_bytes: int) -> ToolCall:
+    name, raw, call_id = (read_field(item, key) for key in ("name", "arguments", "call_id"))
+    return _call(names, name, raw, call_id, max_argument_bytes)
+
+
+def _call(names: NameMap, name: Any, raw: Any, call_id: Any, max_argument_bytes: int) -> ToolCall:
     tool = names.tool_name(name) if isinstance(name, str) else ""
     return ToolCall(
         tool,
-        _arguments(raw, names.schemas.get(tool)),
+        _arguments(raw, names.schemas.get(tool), max_argument_bytes),
         # Kept as sent, empty too: the result must answer the id the model used.
         tool_call_id=call_id if isinstance(call_id, str) else None,
     )
 
 
-def _arguments(raw: Any, schema: Mapping[str, Any] | None) -> RawArguments:
+def _arguments(raw: Any, schema: Mapping[str, Any] | None, max_bytes: int) -> RawArguments:
     """The arguments as the kernel should see them.
 
     Text passes through unless it decodes to an object holding strict mode's "left
@@ -214,10 +285,9 @@ def _arguments(raw: Any, schema: Mapping[str, Any] | None) -> RawArguments:
         return as_json_text(raw)
     if schema is None:
         return raw
-    # Parsed here with the default bounds only to find those nulls; anything rejected
-    # (or larger than the default cap) goes to the kernel untouched, which applies its
-    # own configured bounds before parsing.
-    parsed = parse_arguments(raw)
+    # Parsed here, within the kernel's size cap, only to find those nulls; anything
+    # rejected goes to the kernel untouched, which applies its own bounds and says why.
+    parsed = parse_arguments(raw, max_bytes=max_bytes)
     if isinstance(parsed, ArgumentsRejected):
         return raw
     stripped = strip_strict_nulls(schema, parsed.value)

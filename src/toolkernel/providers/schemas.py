@@ -1,4 +1,11 @@
-"""OpenAI strict mode: an input schema rewritten into the subset strict mode accepts.
+"""Input schemas as the providers accept them.
+
+``plain_object_schema``: OpenAI and Anthropic refuse a whole request when one tool's
+input schema has ``anyOf``/``oneOf``/``allOf`` at its top level, so what is sent there is
+a plain object schema, looser than the real one where it must be.
+
+``openai_strict_schema``: an input schema rewritten into the subset OpenAI strict mode
+accepts.
 
 Strict mode constrains the model's decoding to the schema, so the schema must be
 closed and complete: every object sets ``additionalProperties: false`` and lists every
@@ -18,10 +25,14 @@ not permitted"): strings keep ``pattern`` and ``format`` (only the formats liste
 supported, and therefore moved into the description so the model still reads them:
 ``minLength``, ``maxLength``, ``default``, other formats, ``uniqueItems``,
 ``minProperties``, ``maxProperties``. ``oneOf`` becomes ``anyOf``; ``prefixItems``
-becomes ``items`` with an ``anyOf`` of the positions. A schema strict mode cannot
-express faithfully (an open object or map, an unconstrained value, ``allOf``,
-``patternProperties``) raises ``StrictSchemaError``; renderers then send that tool with
-``strict: false`` and its real schema.
+becomes ``items`` with an ``anyOf`` of the positions. Strict mode refuses a ``$ref``
+beside any other keyword, a description included, so such a reference is expanded with
+its siblings merged in (as the openai SDK's own strict helper does). A schema strict
+mode cannot express faithfully (an open object or map, an unconstrained value,
+``allOf``, ``patternProperties``, a combinator at the top level, a reference whose
+siblings contradict its target) or one over OpenAI's size limits raises
+``StrictSchemaError``; renderers then send that tool with ``strict: false`` and its
+``plain_object_schema``.
 """
 
 from __future__ import annotations
@@ -36,15 +47,25 @@ __all__ = [
     "STRICT_FORMATS",
     "StrictSchemaError",
     "openai_strict_schema",
+    "plain_object_schema",
     "strip_strict_nulls",
 ]
 
 STRICT_FORMATS: Final = frozenset(
     {"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"}
 )
-# OpenAI's documented limits for one strict schema.
+# OpenAI's documented limits for one strict schema (Structured Outputs guide, "Supported
+# schemas": "Objects have limitations on nesting depth and size", "Limitations on total
+# string size", "Limitations on enum size"); a schema over any of them is refused.
 MAX_OBJECT_DEPTH: Final = 10
 MAX_PROPERTIES: Final = 5000
+MAX_ENUM_VALUES: Final = 1000  # in all the schema's enums together
+LARGE_ENUM_VALUES: Final = 250  # one string enum with more values than this …
+MAX_LARGE_ENUM_CHARS: Final = 15_000  # … may hold this many characters in all
+MAX_SCHEMA_CHARS: Final = 120_000  # property and definition names, enum and const values
+# Ours: each expansion of a $ref with siblings copies its target, so a few references
+# that fan out could otherwise build a schema of exponential size.
+MAX_EXPANDED_REFERENCES: Final = 200
 
 _KEPT: Final = frozenset(
     {
@@ -58,6 +79,15 @@ _NOTED: Final = (
     "minProperties", "maxProperties",
 )  # fmt: skip
 _REFUSED: Final = ("allOf", "patternProperties", "dependentSchemas", "$dynamicRef")
+# OpenAI refuses these at the top of an input schema, strict or not; Anthropic the first
+# three.
+_NOT_AT_TOP: Final = ("anyOf", "oneOf", "allOf", "enum", "not")
+# Keywords that only say something about a value: a $ref's sibling may override them.
+_ANNOTATIONS: Final = frozenset(
+    {"description", "title", "default", "examples", "deprecated", "readOnly", "writeOnly",
+     "$comment"}
+)  # fmt: skip
+_MAX_NOTE_CHARS: Final = 300
 _DEFS_PREFIX: Final = "#/$defs/"
 
 
@@ -68,6 +98,73 @@ class StrictSchemaError(ToolkernelError):
         self.problem = problem
         self.pointer = pointer or "/"
         super().__init__(f"{self.pointer}: {problem}")
+
+
+def plain_object_schema(schema: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """``schema`` as both providers accept a tool's input schema: a plain object.
+
+    ``anyOf``/``oneOf``/``allOf``/``enum``/``not`` are dropped from the top level (MCP
+    servers use a top-level ``anyOf`` to say "at least one of these fields"). What the
+    dropped branches require of every call is kept: all of ``allOf``'s ``required``,
+    and the names every ``anyOf``/``oneOf`` branch requires. Their properties are not
+    added: a tool's top level is closed (``additionalProperties: false``), so the real
+    schema admits only the properties declared there, and an open top level admits
+    the others anyway. The result is never stricter than ``schema``, which the kernel
+    still validates every call against.
+
+    Args:
+        schema: the tool's input schema.
+
+    Returns:
+        A new schema, and a sentence for the tool's description that says what the
+        dropped branches require ("" when nothing was dropped, or it cannot be said
+        briefly).
+    """
+    plain: dict[str, Any] = json.loads(json.dumps(schema))
+    dropped = {keyword: plain.pop(keyword) for keyword in _NOT_AT_TOP if keyword in plain}
+    plain["type"] = "object"
+    if not dropped:
+        return plain, ""
+    defs = plain.get("$defs")
+    defs = defs if isinstance(defs, Mapping) else {}
+    required = [name for name in plain.get("required") or () if isinstance(name, str)]
+    notes = []
+    for keyword in ("allOf", "anyOf", "oneOf"):
+        branches = dropped.get(keyword)
+        if not isinstance(branches, list) or not branches:
+            continue
+        alternatives = [_required(_resolve(branch, defs)) for branch in branches]
+        required = list(dict.fromkeys([*required, *_needed(keyword, alternatives)]))
+        if keyword != "allOf":
+            notes.append(_choice_note(keyword, branches, alternatives))
+    if required:
+        plain["required"] = required
+    note = " ".join(n for n in notes if n)
+    return plain, note if len(note) <= _MAX_NOTE_CHARS else ""
+
+
+def _required(branch: Any) -> list[str]:
+    names = branch.get("required") if isinstance(branch, Mapping) else None
+    return [name for name in names if isinstance(name, str)] if isinstance(names, list) else []
+
+
+def _needed(keyword: str, alternatives: list[list[str]]) -> list[str]:
+    """The names a call must hold whichever of the branches it matches."""
+    if keyword == "allOf":
+        return [name for names in alternatives for name in names]
+    return [name for name in alternatives[0] if all(name in names for names in alternatives)]
+
+
+def _choice_note(keyword: str, branches: list[Any], alternatives: list[list[str]]) -> str:
+    """In words, an ``anyOf``/``oneOf`` whose branches only require properties."""
+    only_required = all(
+        isinstance(b, Mapping) and b.keys() <= {"required", *_ANNOTATIONS} for b in branches
+    )
+    if not only_required or not all(alternatives):
+        return ""
+    how_many = "at least one" if keyword == "anyOf" else "exactly one"
+    choices = "; ".join(" and ".join(names) for names in alternatives)
+    return f"The arguments must include {how_many} of: {choices}."
 
 
 def openai_strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -85,10 +182,15 @@ def openai_strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     """
     if schema.get("type") != "object":
         raise StrictSchemaError("the root of a strict schema must be an object", "")
-    converter = _Converter()
-    converted = converter.node(schema, "", depth=0)
+    for keyword in _NOT_AT_TOP:
+        if keyword in schema:
+            raise StrictSchemaError(f"{keyword!r} is not allowed at the root", "")
     defs = schema.get("$defs")
-    if isinstance(defs, Mapping):
+    defs = defs if isinstance(defs, Mapping) else {}
+    converter = _Converter(defs)
+    converted = converter.node(schema, "", depth=0)
+    if defs:
+        converter.count_chars(sum(len(name) for name in defs), "/$defs")
         converted["$defs"] = {
             name: converter.node(sub, f"/$defs/{name}", depth=0) for name, sub in defs.items()
         }
@@ -96,8 +198,13 @@ def openai_strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class _Converter:
-    def __init__(self) -> None:
+    def __init__(self, defs: Mapping[str, Any]) -> None:
+        self.defs = defs
         self.properties = 0
+        self.enum_values = 0
+        self.chars = 0
+        self.expanded = 0
+        self.expanding: list[str] = []
 
     def node(self, schema: Any, pointer: str, *, depth: int) -> dict[str, Any]:
         if not isinstance(schema, Mapping) or not schema:
@@ -106,8 +213,9 @@ class _Converter:
             if keyword in schema:
                 raise StrictSchemaError(f"{keyword!r} is not supported in strict mode", pointer)
         if "$ref" in schema:
-            return self._reference(schema, pointer)
+            return self._reference(schema, pointer, depth=depth)
         out: dict[str, Any] = {k: v for k, v in schema.items() if k in _KEPT}
+        self._count_values(out, pointer)
         if schema.get("format") in STRICT_FORMATS:
             out["format"] = schema["format"]
         notes = [
@@ -131,14 +239,63 @@ class _Converter:
             out["description"] = f"{described} ({'; '.join(notes)})".lstrip()
         return out
 
-    def _reference(self, schema: Mapping[str, Any], pointer: str) -> dict[str, Any]:
+    def _reference(self, schema: Mapping[str, Any], pointer: str, *, depth: int) -> dict[str, Any]:
         target = schema["$ref"]
         if not isinstance(target, str) or not target.startswith(_DEFS_PREFIX):
             raise StrictSchemaError("only references into the root $defs are supported", pointer)
-        out: dict[str, Any] = {"$ref": target}
-        if "description" in schema:
-            out["description"] = schema["description"]
-        return out
+        siblings = {k: v for k, v in schema.items() if k != "$ref"}
+        if not siblings:
+            return {"$ref": target}
+        if target in self.expanding:
+            if siblings.keys() <= _ANNOTATIONS:
+                return {"$ref": target}  # the loop's own copy of the target describes it
+            raise StrictSchemaError(
+                f"{target} refers back to itself beside other keywords", pointer
+            )
+        return self._expanded(target, siblings, pointer, depth=depth)
+
+    def _expanded(
+        self, target: str, siblings: Mapping[str, Any], pointer: str, *, depth: int
+    ) -> dict[str, Any]:
+        """The target of a ``$ref`` with its sibling keywords merged in, made strict."""
+        resolved = self.defs.get(target.removeprefix(_DEFS_PREFIX))
+        if not isinstance(resolved, Mapping):
+            raise StrictSchemaError(f"{target} does not name an object schema in $defs", pointer)
+        self.expanded += 1
+        if self.expanded > MAX_EXPANDED_REFERENCES:
+            raise StrictSchemaError(
+                f"more than {MAX_EXPANDED_REFERENCES} references beside other keywords", pointer
+            )
+        self.expanding.append(target)
+        try:
+            return self.node(_merged_reference(resolved, siblings, pointer), pointer, depth=depth)
+        finally:
+            self.expanding.pop()
+
+    def _count_values(self, schema: Mapping[str, Any], pointer: str) -> None:
+        values = schema.get("enum")
+        if isinstance(values, list):
+            self.enum_values += len(values)
+            if self.enum_values > MAX_ENUM_VALUES:
+                raise StrictSchemaError(f"more than {MAX_ENUM_VALUES} enum values in all", pointer)
+            chars = sum(len(v) for v in values if isinstance(v, str))
+            if len(values) > LARGE_ENUM_VALUES and chars > MAX_LARGE_ENUM_CHARS:
+                raise StrictSchemaError(
+                    f"an enum of more than {LARGE_ENUM_VALUES} values holds more than "
+                    f"{MAX_LARGE_ENUM_CHARS} characters",
+                    pointer,
+                )
+            self.count_chars(chars, pointer)
+        if isinstance(schema.get("const"), str):
+            self.count_chars(len(schema["const"]), pointer)
+
+    def count_chars(self, chars: int, pointer: str) -> None:
+        self.chars += chars
+        if self.chars > MAX_SCHEMA_CHARS:
+            raise StrictSchemaError(
+                f"names, enum and const values hold more than {MAX_SCHEMA_CHARS} characters",
+                pointer,
+            )
 
     def _object(self, schema: Mapping[str, Any], pointer: str, *, depth: int) -> dict[str, Any]:
         if depth > MAX_OBJECT_DEPTH:
@@ -152,6 +309,7 @@ class _Converter:
         self.properties += len(properties)
         if self.properties > MAX_PROPERTIES:
             raise StrictSchemaError(f"more than {MAX_PROPERTIES} properties", pointer)
+        self.count_chars(sum(len(str(name)) for name in properties), pointer)
         required = set(schema.get("required") or ())
         converted: dict[str, Any] = {}
         for name, sub in properties.items():
@@ -234,13 +392,14 @@ class _Stripper:
     times the arguments' size, and a question met again while it is being answered gets
     the answer that keeps values as sent."""
 
-    __slots__ = ("_holds", "_nullable", "_stripped", "defs")
+    __slots__ = ("_holds", "_merged", "_nullable", "_stripped", "defs")
 
     def __init__(self, defs: Mapping[str, Any]) -> None:
         self.defs = defs
         self._stripped: dict[tuple[int, int], Any] = {}
         self._holds: dict[tuple[int, int], bool] = {}
         self._nullable: dict[int, bool] = {}
+        self._merged: dict[int, Any] = {}
 
     def object(self, schema: Mapping[str, Any], value: Mapping[str, Any]) -> dict[str, Any]:
         properties = schema.get("properties")
@@ -249,14 +408,14 @@ class _Stripper:
         required = schema.get("required") or ()
         result: dict[str, Any] = {}
         for key, item in value.items():
-            sub = _resolve(properties.get(key), self.defs)
+            sub = self.resolve(properties.get(key))
             if item is None and key not in required and not self.accepts_null(sub):
                 continue
             result[key] = self.value(sub, item)
         return result
 
     def value(self, schema: Any, value: Any) -> Any:
-        schema = _resolve(schema, self.defs)
+        schema = self.resolve(schema)
         if not isinstance(schema, Mapping):
             return value
         if isinstance(value, Mapping):
@@ -292,7 +451,7 @@ class _Stripper:
         they all agree on what to drop and none of them takes it as sent."""
         candidates: list[Any] = []
         for choice in choices:
-            branch = _resolve(choice, self.defs)
+            branch = self.resolve(choice)
             if not self.could_hold(branch, value):
                 continue
             stripped = self.value(branch, value)
@@ -332,11 +491,11 @@ class _Stripper:
         key = (id(branch), id(value))
         if key not in self._holds:
             self._holds[key] = True
-            self._holds[key] = any(self.could_hold(_resolve(c, self.defs), value) for c in choices)
+            self._holds[key] = any(self.could_hold(self.resolve(c), value) for c in choices)
         return self._holds[key]
 
     def accepts_null(self, schema: Any) -> bool:
-        schema = _resolve(schema, self.defs)
+        schema = self.resolve(schema)
         if not isinstance(schema, Mapping):
             return schema is not False  # no schema, or `true`, accepts anything
         if "null" in _types(schema) or schema.get("const", ...) is None:
@@ -350,6 +509,51 @@ class _Stripper:
             self._nullable[id(schema)] = True
             self._nullable[id(schema)] = any(self.accepts_null(c) for c in choices)
         return self._nullable[id(schema)]
+
+    def resolve(self, schema: Any) -> Any:
+        """The schema a ``$ref`` stands for, its sibling keywords merged in as the
+        strict schema has them; any other schema as it is."""
+        resolved = _resolve(schema, self.defs)
+        if resolved is schema or len(schema) == 1 or not isinstance(resolved, Mapping):
+            return resolved
+        if id(schema) not in self._merged:  # kept, so the merged node's id stays its own
+            siblings = {k: v for k, v in schema.items() if k != "$ref"}
+            try:
+                self._merged[id(schema)] = _merged_reference(resolved, siblings, "")
+            except StrictSchemaError:  # then the tool was not strict: no nulls to drop
+                self._merged[id(schema)] = resolved
+        return self._merged[id(schema)]
+
+
+def _merged_reference(
+    target: Mapping[str, Any], siblings: Mapping[str, Any], pointer: str
+) -> dict[str, Any]:
+    """One schema for a ``$ref``'s target and its sibling keywords, both of which an
+    instance must satisfy: a sibling adds a keyword the target lacks, overrides an
+    annotation, and adds properties and required names. Any other keyword both set
+    differently is refused: merging it takes knowing what that keyword means, and
+    keeping the target's alone would drop what the siblings require."""
+    merged = dict(target)
+    for key, value in siblings.items():
+        mine = merged.get(key, value)
+        if key in _ANNOTATIONS or mine == value:
+            merged[key] = value
+        elif key == "required" and isinstance(mine, list) and isinstance(value, list):
+            merged[key] = [*mine, *(name for name in value if name not in mine)]
+        elif key == "properties" and isinstance(mine, Mapping) and isinstance(value, Mapping):
+            clash = next(
+                (name for name in value if mine.get(name, value[name]) != value[name]), None
+            )
+            if clash is not None:
+                raise StrictSchemaError(
+                    f"a $ref and its sibling 'properties' both constrain {clash!r}", pointer
+                )
+            merged[key] = {**mine, **value}
+        else:
+            raise StrictSchemaError(
+                f"a $ref and its sibling {key!r} both constrain the value", pointer
+            )
+    return merged
 
 
 def _resolve(schema: Any, defs: Mapping[str, Any]) -> Any:
