@@ -1138,7 +1138,13 @@ class Kernel:
         *,
         version: str | None = None,
     ) -> dict[str, Any]:
-        """What would happen to this call now, in safe terms; nothing is run or recorded."""
+        """What would happen to this call now, in safe terms; nothing is run or recorded.
+
+        ``tool_name`` may also be the name a provider was shown (``file__patch``): a
+        model asks about a tool by the only name it knows.
+        """
+        if self.registry.find(tool_name) is None:
+            tool_name = self._provider_names.get(tool_name, tool_name)
         parsed = parse_arguments(arguments, max_bytes=self.config.max_argument_bytes)
         rejected = parsed if isinstance(parsed, ArgumentsRejected) else None
         request = ToolCallRequest(

@@ -270,3 +270,22 @@ async def test_the_version_a_run_was_shown_decides_whether_its_calls_run_alone(k
     started = [e for e in kernel.ledger.events(run.id) if e.type is EventType.TOOL_CALL_STARTED]
     assert [e.payload["toolVersion"] for e in started] == ["1.0"] * 3
     assert peak[0] == 1
+
+
+async def test_policy_explain_knows_a_tool_by_the_name_a_provider_was_shown(kernel_factory):
+    """A model shown ``repo__lookup`` asks about that name: the answer is about the
+    tool, not that there is no such tool."""
+    kernel = kernel_factory()
+    run = kernel.start_run()
+    arguments = {"query": "x"}
+    dotted = await kernel.call(
+        run, "policy.explain", {"tool": "repo.lookup", "arguments": arguments}
+    )
+    spelled = await kernel.call(
+        run, "policy.explain", {"tool": "repo__lookup", "arguments": arguments}
+    )
+    assert spelled.status is Status.SUCCEEDED
+    assert spelled.structured_output == dotted.structured_output
+    assert "repo.lookup is allowed" in spelled.structured_output["explanation"]
+    invented = await kernel.call(run, "policy.explain", {"tool": "repo__nothing"})
+    assert invented.structured_output["errorCode"] == "UNKNOWN_TOOL"
