@@ -352,3 +352,26 @@ def test_a_durable_append_is_stored_by_the_caller_before_it_returns(tmp_path: Pa
     with SqliteLedger(path) as reader:  # another connection sees it at once
         assert [e.payload["n"] for e in reader.events("r")] == [1, 2]
     ledger.close()
+
+
+PROGRAM_WITHOUT_CLOSE = """
+import sys
+from pathlib import Path
+from toolkernel.ledger import GroupCommitLedger, NewEvent, EventType, SqliteLedger
+
+ledger = GroupCommitLedger(SqliteLedger(Path(sys.argv[1])))
+for n in range(int(sys.argv[2])):
+    ledger.append("r", [NewEvent(EventType.TOOL_CALL_REQUEST, {"n": n}, f"c{n}")])
+# ends here: no close(), no sync()
+"""
+
+
+def test_a_program_that_ends_without_closing_still_stores_what_it_queued(tmp_path: Path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "l.db"
+    subprocess.run(
+        [sys.executable, "-c", PROGRAM_WITHOUT_CLOSE, str(path), "200"], check=True, timeout=60
+    )
+    assert on_disk(path) == list(range(200))

@@ -40,8 +40,11 @@ A store can fail in two ways:
 
 from __future__ import annotations
 
+import atexit
+import logging
 import queue
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Final
 
@@ -49,6 +52,8 @@ from toolkernel.errors import LedgerError
 from toolkernel.ledger.base import Event, Ledger, NewEvent, RunSummary, VerifiedRead, VerifyReport
 
 __all__ = ["GroupCommitLedger"]
+
+_log = logging.getLogger(__name__)
 
 
 _Batch = tuple[str, Sequence[NewEvent]]
@@ -85,6 +90,9 @@ class GroupCommitLedger(Ledger):
         self._closed = threading.Event()  # cuts the writer's pause before a retry short
         self._writer = threading.Thread(target=self._write, name="toolkernel-ledger", daemon=True)
         self._writer.start()
+        # A program that ends without closing its kernel still stores what it queued
+        # (its writer is a daemon thread, stopped at exit wherever it was).
+        atexit.register(_store_at_exit, weakref.ref(self))
 
     def append(self, run_id: str, events: Sequence[NewEvent]) -> list[Event]:
         """Queue ``events``; returns ``[]`` (the stored events are not known yet).
@@ -215,6 +223,15 @@ class GroupCommitLedger(Ledger):
             self._inner.close()
         self._raise_error()
 
+    def _at_exit(self) -> None:
+        with self._lock:
+            if self._closing or self._error is not None:
+                return
+        try:
+            self.sync()
+        except LedgerError as exc:
+            _log.warning("events queued for the ledger were not stored at exit: %s", exc)
+
     def _raise_error(self) -> None:
         with self._lock:
             if self._error is not None:
@@ -336,3 +353,9 @@ class GroupCommitLedger(Ledger):
             )
             self._error.__cause__ = self._unstored
             self._pending, self._unstored = [], None
+
+
+def _store_at_exit(ledger: weakref.ref[GroupCommitLedger]) -> None:
+    alive = ledger()
+    if alive is not None:
+        alive._at_exit()
