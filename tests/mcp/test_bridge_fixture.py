@@ -462,3 +462,31 @@ async def test_the_lint_reads_a_bounded_amount_of_a_servers_whole_listing(worksp
     for event in events_of(kernel, EventType.REMOTE_TOOL_REJECTED):
         [reason] = [r for r in event.payload["reasons"] if r["rule"] == "P114"]
         assert "tools/list" in reason["message"]
+
+
+def test_closing_a_listed_schema_keeps_the_properties_of_its_top_level_branches():
+    """'At least one of title or body': closed naively, no call could pass."""
+    from toolkernel.mcp.bridge import admit_tool
+    from toolkernel.registry import Registry
+
+    tool = {
+        "name": "update",
+        "description": "Updates an issue.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"id": {"type": "string"}},
+            "required": ["id"],
+            "anyOf": [
+                {"properties": {"title": {"type": "string"}}, "required": ["title"]},
+                {"properties": {"body": {"type": "string"}}, "required": ["body"]},
+            ],
+        },
+    }
+    admission = admit_tool(ServerConfig(name="fx", command=("true",)), tool)
+    assert admission.definition is not None, admission.reasons
+    registered = Registry().register(admission.definition, handler=lambda **_: None)
+    assert registered.validator.is_valid({"id": "1", "body": "b"})
+    assert registered.validator.is_valid({"id": "1", "title": "t"})
+    assert not registered.validator.is_valid({"id": "1"})  # the anyOf still holds
+    assert not registered.validator.is_valid({"id": "1", "body": 3})  # so does its type
+    assert not registered.validator.is_valid({"id": "1", "body": "b", "other": 1})  # closed

@@ -393,11 +393,32 @@ def _strings(value: Any) -> Iterator[str]:
 
 
 def _closed(schema: Any) -> tuple[Any, bool]:
-    """The input schema with its top level closed; True when that changed it."""
+    """The input schema with its top level closed; True when that changed it.
+
+    A property a top-level ``anyOf``/``oneOf``/``allOf`` branch declares is declared at
+    the top level too (as ``{}``: its branch still says what it may be), or closing
+    would refuse every call that uses it ("at least one of a or b").
+    """
     if not isinstance(schema, Mapping):
         return schema, False
     closed = {"type": "object", **schema, "additionalProperties": False}
+    declared = schema.get("properties", {})
+    branches = _branch_properties(schema)
+    if isinstance(declared, Mapping) and not branches.keys() <= declared.keys():
+        closed["properties"] = {**branches, **declared}
     return closed, closed != schema
+
+
+def _branch_properties(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The names of the properties the top-level combinators' branches declare."""
+    names: dict[str, Any] = {}
+    for keyword in ("anyOf", "oneOf", "allOf"):
+        branches = schema.get(keyword)
+        for branch in branches if isinstance(branches, list) else ():
+            properties = branch.get("properties") if isinstance(branch, Mapping) else None
+            if isinstance(properties, Mapping):
+                names.update((name, {}) for name in properties if isinstance(name, str))
+    return names
 
 
 def _risk(server: ServerConfig, hints: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
