@@ -15,7 +15,8 @@ holding one lock, so batches reach the inner ledger in the order they were appen
 
 The trade: a READ_ONLY call can return to the model before its events are stored;
 if the process dies in that window (typically well under a millisecond), those
-events are lost. The order of events is never changed, and nothing is lost silently.
+events are lost. A program that ends without closing the ledger stores them at exit.
+The order of events is never changed, and nothing is lost silently.
 
 A store can fail in two ways:
 
