@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import copy
+import inspect
 import queue
 import threading
 import time
@@ -155,10 +156,14 @@ class NativeAdapter:
             context = contextvars.copy_context()
             context.run(sniffio.current_async_library_cvar.set, None)
             self._workers.submit(loop, future, partial(context.run, handler, **kwargs))
-            return await future
-        return await anyio.to_thread.run_sync(
-            partial(handler, **kwargs), abandon_on_cancel=True, limiter=self._limiter
-        )
+            output = await future
+        else:
+            output = await anyio.to_thread.run_sync(
+                partial(handler, **kwargs), abandon_on_cancel=True, limiter=self._limiter
+            )
+        if inspect.iscoroutine(output):  # an async function behind a plain one (a lambda)
+            return await output
+        return output
 
 
 class _Job:

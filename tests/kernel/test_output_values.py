@@ -195,3 +195,29 @@ async def test_an_artifacts_type_and_description_are_redacted_like_its_output(ke
     assert "/home/alice" not in shown
     assert {n.where for n in result.redactions} == {"artifacts"}
     assert isinstance(result.artifacts[0], ArtifactRef)
+
+
+async def test_a_plain_function_that_returns_a_coroutine_gets_it_awaited(kernel_factory):
+    """A handler given as data may be a plain callable around an async function (a
+    lambda): its coroutine is run, not reported as an output that is not JSON."""
+
+    async def lookup(q: str) -> dict[str, str]:
+        return {"found": q}
+
+    definition = {
+        "name": "repo.wrapped",
+        "version": "1",
+        "description": "Look something up.",
+        "executionMode": "NATIVE",
+        "inputSchema": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"q": {"type": "string"}},
+            "required": ["q"],
+        },
+    }
+    kernel = kernel_factory()
+    kernel.register(definition, handler=lambda q: lookup(q))
+    result = await kernel.call(kernel.start_run(), "repo.wrapped", {"q": "x"})
+    assert result.status is Status.SUCCEEDED
+    assert result.structured_output == {"found": "x"}
