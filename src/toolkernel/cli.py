@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import io
 import json
 import logging
 import os
@@ -62,6 +63,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
+    _open_missing_streams()
+    stdout = sys.stdout
+    if handler is not _serve:  # serve's stdout is the MCP channel: the SDK owns it
+        sys.stdout = _ReaderMayLeave(stdout)
     try:
         with _stopped_like_ctrl_c():
             return handler(args)
@@ -81,6 +86,54 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the CLI's last line: never a traceback
         print(f"InternalError: {type(exc).__name__}: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        if isinstance(sys.stdout, _ReaderMayLeave):
+            sys.stdout.flush()  # here, where a reader that left is seen, not at exit
+            sys.stdout = stdout
+
+
+def _open_missing_streams() -> None:
+    """A standard stream the caller closed (``<&-``, ``2>&-``) is None in Python: read
+    as empty, written to nowhere. (``print(file=None)`` would write to stdout: a
+    warning in the middle of JSON.)"""
+    if sys.stdin is None:
+        sys.stdin = open(os.devnull)  # noqa: SIM115, PTH123 - for the process's life
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115, PTH123 - for the process's life
+
+
+class _ReaderMayLeave:
+    """stdout for a command whose reader may stop reading (``verify | head``): once
+    it has, the rest is discarded and the command still ends with the exit code it
+    decided (a broken ledger is still 1, not 0 because nobody read it all)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._gone = False
+
+    def write(self, text: str) -> int:
+        if not self._gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._leave()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._leave()
+
+    def _leave(self) -> None:
+        self._gone = True
+        # So that the interpreter's own flush at exit does not fail either.
+        with suppress(OSError, ValueError, io.UnsupportedOperation):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 class _Stopped(KeyboardInterrupt):
