@@ -80,7 +80,7 @@ from toolkernel.ledger import (
     SqliteLedger,
 )
 from toolkernel.normalize import DEFAULT_CHAIN, Finishing, Processor, redaction_notices
-from toolkernel.pathguard import PathGuard
+from toolkernel.pathguard import GuardedPath, PathGuard
 from toolkernel.policy import Decision, authorize, rate_keys
 from toolkernel.providers.names import provider_name
 from toolkernel.redaction import Redactor
@@ -1095,7 +1095,7 @@ class Kernel:
             tool.definition,
             run.context,
             run.meter,
-            paths=[p.relative for p in checked.paths],
+            paths=_policy_paths(checked.paths, self.guard.workspace),
         )
         if decision.allowed and tool.definition.execution_mode not in self.adapters:
             return _no_adapter(tool.definition)
@@ -1103,10 +1103,10 @@ class Kernel:
             for path in checked.paths:
                 # The policy itself, or one a runtime started in a subdirectory would
                 # read (nor a directory of that name, which would stop it): never
-                # written by a tool.
-                if path.absolute in self.policy_files or CONFIG_FILENAME in path.relative.split(
-                    "/"
-                ):
+                # written by a tool, under its own name or through a link to it.
+                target = path.absolute.relative_to(self.guard.workspace).as_posix()
+                names = (*path.relative.split("/"), *target.split("/"))
+                if path.absolute in self.policy_files or CONFIG_FILENAME in names:
                     return Decision(
                         False,
                         ErrorCode.PATH_DENIED,
@@ -1730,6 +1730,19 @@ def _release(
     key = (request.tool_name, str(request.idempotency_key))
     if inflight_map.get(key) is inflight:  # a later call may hold the key by now
         del inflight_map[key]
+
+
+def _policy_paths(paths: Sequence[GuardedPath], workspace: Path) -> list[str]:
+    """The paths the policy's path rules judge: each as written and, where a symlink
+    in the workspace leads elsewhere, where it leads (``notes.tf`` -> ``infra/main.tf``):
+    a deny rule must not be passed by a link, nor a write scope left through one."""
+    judged = []
+    for path in paths:
+        judged.append(path.relative)
+        target = path.absolute.relative_to(workspace).as_posix() or "."
+        if target != path.relative:
+            judged.append(target)
+    return judged
 
 
 def _writes(definition: ToolDefinition) -> bool:

@@ -946,3 +946,39 @@ state = "EDITING"
 [[exposure]]
 tools = ["*"]
 """
+
+
+@pytest.mark.parametrize(
+    ("rules", "link", "target", "code"),
+    [
+        ('path_deny = ["infra/**"]', "src/notes.tf", "infra/main.tf", ErrorCode.PATH_DENIED),
+        (
+            'write_scope = ["src/**"]',
+            "src/notes.tf",
+            "infra/main.tf",
+            ErrorCode.WRITE_SCOPE_DENIED,
+        ),
+        # a policy file a runtime started in svc/ would read
+        ("", "notes.md", "svc/toolkernel.toml", ErrorCode.PATH_DENIED),
+    ],
+)
+async def test_a_symlink_in_the_workspace_does_not_take_a_call_past_the_path_rules(
+    kernel_factory, calls, workspace, rules, link, target, code
+):
+    """The rules judge where a link leads too: a write to ``src/notes.tf`` that lands in
+    ``infra/main.tf`` is the write the rule is about."""
+    import os
+
+    kernel = kernel_factory(WRITE_EVERYWHERE + f"\n[policy]\n{rules}\n")
+    (workspace / target).parent.mkdir(parents=True, exist_ok=True)
+    (workspace / link).parent.mkdir(parents=True, exist_ok=True)
+    (workspace / link).symlink_to(os.path.relpath(workspace / target, (workspace / link).parent))
+    run = kernel.start_run()
+    through = await kernel.call(run, "file.write", {"path": link, "text": "evil"})
+    direct = await kernel.call(run, "file.write", {"path": target, "text": "evil"})
+    assert (through.status, through.error_code) == (Status.DENIED, code)
+    assert (direct.status, direct.error_code) == (Status.DENIED, code)
+    assert "file.write" not in calls.count
+    if rules.startswith("path_deny"):
+        peek = await kernel.call(run, "file.peek", {"path": link})
+        assert peek.error_code is ErrorCode.PATH_DENIED
