@@ -609,6 +609,14 @@ def _absent(args: argparse.Namespace) -> str:
     return f"no ledger at {config.ledger_path}"
 
 
+def _empty(args: argparse.Namespace) -> str:
+    """As ``_absent``, for a ledger that exists and holds no run."""
+    config = _config(args)
+    if config.ledger.backend != "sqlite":
+        return f"no run in the ledger in PostgreSQL schema {config.ledger.schema!r}"
+    return f"no run in the ledger at {config.ledger_path}"
+
+
 def _holding(ledger: Ledger | None, run_id: str, args: argparse.Namespace) -> Ledger:
     """``ledger``, if it holds ``run_id``."""
     if ledger is None:
@@ -632,6 +640,11 @@ def _ledger_show(args: argparse.Namespace) -> int:
             return EXIT_FAILED
         read = ledger.read_verified(args.run_id)
     report, events = read.report, read.events
+    if report.ok and report.runs_checked == 0:  # made, never written to: as no ledger
+        print(printable(f"{_empty(args)}: nothing recorded there yet"), file=sys.stderr)
+        if args.format == "json":
+            _print_json([])
+        return EXIT_FAILED
     _warn_unverified(report)
     for why in read.left_out.values():
         print(f"  not shown: {printable(why)}", file=sys.stderr)
@@ -756,6 +769,10 @@ def _ledger_verify(args: argparse.Namespace) -> int:
         report = ledger.verify(args.run_id)
     if args.run_id is not None and report.runs_checked == 0:
         raise UsageError(f"the ledger has no run {args.run_id!r}: nothing to verify")
+    if report.ok and report.runs_checked == 0:
+        # A ledger file made but never written to is the wrong path as much as none.
+        print(printable(f"{_empty(args)}: nothing recorded there yet, nothing verified"))
+        return EXIT_FAILED
     for problem in report.problems:
         print(_problem_line(problem))
     for run_id, call_id in report.unfinished:

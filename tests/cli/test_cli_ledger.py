@@ -105,6 +105,23 @@ def test_verify_without_a_ledger_says_so_and_does_not_pass(capsys, workspace):
     assert f"no ledger at {path}, so no run 'run-a'" in capsys.readouterr().err
 
 
+def test_a_ledger_that_holds_no_run_does_not_pass_either(capsys, workspace):
+    """`toolkernel tools` (or a kernel opened and closed) makes the file and records
+    nothing: that is no more a pass than no file."""
+    from toolkernel.ledger import SqliteLedger
+
+    path = workspace / ".toolkernel" / "ledger.db"
+    path.parent.mkdir()
+    SqliteLedger(path).close()
+    assert ledger("verify", workspace=workspace) == 1
+    out = capsys.readouterr().out
+    assert out == f"no run in the ledger at {path}: nothing recorded there yet, nothing verified\n"
+    assert ledger("show", "--format", "json", workspace=workspace) == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == []
+    assert "nothing recorded there yet" in captured.err
+
+
 def test_reading_a_workspace_without_a_ledger_creates_none(capsys, workspace):
     assert ledger("show", workspace=workspace) == 1  # no pass, as verify
     assert "no ledger at " in capsys.readouterr().err
