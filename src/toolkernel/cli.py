@@ -356,7 +356,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workspace", type=Path, help="the workspace (default: current dir)")
+    parser.add_argument(
+        "--workspace",
+        type=Path,
+        help="the workspace (default: the config file's 'workspace', else its directory "
+        "when --config is given, else the current dir)",
+    )
     parser.add_argument("--config", type=Path, help="toolkernel.toml (default: in workspace)")
 
 
@@ -889,10 +894,10 @@ def _codes(args: argparse.Namespace) -> int:
 
 def _config_check(args: argparse.Namespace) -> int:
     config = _config(args)
-    label = config.source or "defaults"
+    label = printable(str(config.source or "defaults"))
     for warning in _unmatched_patterns(config):
-        print(f"{label}: warning: {warning}", file=sys.stderr)
-    print(f"{label}: valid (workspace {config.workspace})")
+        print(f"{label}: warning: {printable(warning)}", file=sys.stderr)
+    print(f"{label}: valid (workspace {printable(str(config.workspace))})")
     return EXIT_OK
 
 

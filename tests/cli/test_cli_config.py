@@ -206,3 +206,15 @@ def test_ledger_verify_refuses_a_configuration_the_kernel_refuses(capsys, worksp
     err = capsys.readouterr().err
     assert code == 2
     assert "ledger.path" in err
+
+
+def test_config_check_escapes_control_characters_in_the_paths_it_prints(capsys, tmp_path):
+    workspace = tmp_path / "ws\x1b]0;PWNED\x07\x1b[2J"
+    workspace.mkdir()
+    (workspace / "toolkernel.toml").write_text("[run]\nstate = 'EDITING'\n")
+    assert main(["config", "check", "--workspace", str(workspace)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    assert "\x07" not in out
+    assert "valid (workspace " in out
+    assert "ws\\x1b]0;PWNED\\x07\\x1b[2J" in out
