@@ -60,6 +60,7 @@ import anyio
 
 from toolkernel.approval import Approver
 from toolkernel.calls import ToolCallResult
+from toolkernel.cli import bridged
 from toolkernel.codes import CATALOG, ErrorCode, Status, safe_field
 from toolkernel.config import load_config
 from toolkernel.errors import ToolkernelError
@@ -153,20 +154,29 @@ def run_replay(
             scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="toolkernel-"))
             ledger = SqliteLedger(Path(scratch) / "dry-run-ledger.db")
         kernel = stack.enter_context(Kernel(config, ledger=ledger, approver=approver))
-        run = kernel.start_run()
-        names = tool_names(kernel, kernel.list_available(run.context))
         try:
-            cap = config.max_argument_bytes
-            turns = [_Turn(line.number, _calls(path, line, names, cap)) for line in lines]
+            anyio.run(_replay, kernel, path, lines, dry_run, out)
         except ReplayInputError as exc:
             return _refuse(exc, err)
+    return EXIT_OK
+
+
+async def _replay(
+    kernel: Kernel, path: Path, lines: list[_Line], dry_run: bool, out: TextIO
+) -> None:
+    """The lines' calls, judged or run, with the configured MCP servers bridged: the
+    verdicts are those ``serve`` and ``call`` would give, bridged tools included."""
+    run = kernel.start_run()
+    async with bridged(kernel, run):
+        names = tool_names(kernel, kernel.list_available(run.context))
+        cap = kernel.config.max_argument_bytes
+        turns = [_Turn(line.number, _calls(path, line, names, cap)) for line in lines]
         if dry_run:
             for turn in turns:
                 _emit(out, _judge(kernel, run, turn))
         else:
             kernel.expose(run)  # the tools the recorded model saw, as far as policy allows
-            anyio.run(_execute, kernel, run, turns, out)
-    return EXIT_OK
+            await _execute(kernel, run, turns, out)
 
 
 def _refuse(exc: ReplayInputError, err: TextIO | None) -> int:

@@ -265,3 +265,42 @@ def test_a_dry_run_masks_a_refusal_as_a_real_run_does(tmp_path, workspace):
     assert judged[0]["errorCode"] == ran[0]["errorCode"]
     assert token not in judged[0]["safeMessage"]
     assert judged[0]["safeMessage"] == ran[0]["safeMessage"]
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_calls_of_bridged_tools_are_judged_and_run_as_serve_would(tmp_path, workspace, dry_run):
+    """A recorded call of a bridged tool (fx__echo) is judged with the configured MCP
+    servers connected, not refused as an unknown tool."""
+    import sys
+
+    fixture = Path(__file__).resolve().parents[1] / "mcp" / "fixtures" / "fixture_server.py"
+    (workspace / "toolkernel.toml").write_text(
+        f"""
+[run]
+profile = "full"
+state = "EDITING"
+[policy]
+network = "allow"
+approval = {{ external = "allow", mutating = "allow" }}
+[[mcp.servers]]
+name = "fx"
+command = [{json.dumps(sys.executable)}, {json.dumps(str(fixture))}]
+tools = ["echo"]
+[[exposure]]
+tools = ["*"]
+"""
+    )
+    call = {"id": "call_1", "type": "function"}
+    call["function"] = {"name": "fx__echo", "arguments": json.dumps({"message": "hi"})}
+    response = {**CHAT, "choices": [{**CHAT["choices"][0]}]}
+    response["choices"][0]["message"] = {"role": "assistant", "content": None, "tool_calls": [call]}
+    path = tmp_path / "conversation.jsonl"
+    path.write_text(json.dumps(response) + "\n")
+    code, rows, err = replay(path, workspace, dry_run=dry_run)
+    assert code == EXIT_OK, err
+    [row] = rows
+    assert row["toolName"] == "fx.echo"
+    if dry_run:
+        assert row["verdict"] == "ALLOWED"
+    else:
+        assert row["status"] == "SUCCEEDED"
