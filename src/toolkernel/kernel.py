@@ -1521,25 +1521,35 @@ class Kernel:
         return ", ".join(sorted(names - {besides})) or "none"
 
     def _load_configured_tools(self) -> None:
-        for module_name in self.config.tool_modules:
+        """Register ``tools.modules`` and ``tools.definitions``; what fails is a
+        ConfigError naming the key, the entry and the file."""
+        for index, module_name in enumerate(self.config.tool_modules):
+            where = f"tools.modules[{index}]"
             try:
                 module = importlib.import_module(module_name)
-            except ImportError as exc:
-                raise ConfigError(f"tools.modules: cannot import '{module_name}': {exc}") from exc
-            for value in vars(module).values():
-                if isinstance(value, FunctionTool):
-                    self.register(value)
-        for path in self.config.tool_definitions:
+            except Exception as exc:  # noqa: BLE001 - the module's own code: any error
+                why = f"{type(exc).__name__}: {exc}"
+                raise ConfigError(f"{where}: cannot import '{module_name}': {why}") from exc
+            try:
+                for value in vars(module).values():
+                    if isinstance(value, FunctionTool):
+                        self.register(value)
+            except DefinitionError as exc:
+                raise ConfigError(f"{where} ('{module_name}'): {exc}") from exc
+        for index, path in enumerate(self.config.tool_definitions):
             from toolkernel.definition import load_definitions
 
-            for definition in load_definitions(path):
-                if definition.execution_mode is ExecutionMode.NATIVE:
-                    raise DefinitionError(
-                        definition.name,
-                        "executionMode",
-                        "NATIVE tools are registered from Python modules (tools.modules)",
-                    )
-                self.register(definition)
+            try:
+                for definition in load_definitions(path):
+                    if definition.execution_mode is ExecutionMode.NATIVE:
+                        raise DefinitionError(
+                            definition.name,
+                            "executionMode",
+                            "NATIVE tools are registered from Python modules (tools.modules)",
+                        )
+                    self.register(definition)
+            except DefinitionError as exc:
+                raise ConfigError(f"tools.definitions[{index}] ({path}): {exc}") from exc
 
 
 def _explanation(

@@ -218,3 +218,29 @@ def test_config_check_escapes_control_characters_in_the_paths_it_prints(capsys, 
     assert "\x07" not in out
     assert "valid (workspace " in out
     assert "ws\\x1b]0;PWNED\\x07\\x1b[2J" in out
+
+
+@pytest.mark.parametrize(
+    ("files", "tools", "named"),
+    [
+        ({"broken_tools.py": "def oops(:\n"}, "modules = ['broken_tools']", "tools.modules[0]"),
+        (
+            {"failing_tools.py": "raise RuntimeError('no')\n"},
+            "modules = ['failing_tools']",
+            "tools.modules[0]",
+        ),
+        ({"defs.json": '{"name": "x.y"}'}, "definitions = ['defs.json']", "tools.definitions[0]"),
+    ],
+)
+def test_a_broken_tool_source_is_a_config_error_naming_the_key_and_entry(
+    capsys, workspace, monkeypatch, files, tools, named
+):
+    for name, text in files.items():
+        (workspace / name).write_text(text)
+    monkeypatch.syspath_prepend(str(workspace))
+    (workspace / "toolkernel.toml").write_text(f"[tools]\n{tools}\n")
+    assert main(["tools", "--workspace", str(workspace)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ConfigError: ")
+    assert named in err
+    assert "InternalError" not in err
