@@ -1527,7 +1527,7 @@ class Kernel:
             where = f"tools.modules[{index}]"
             try:
                 module = importlib.import_module(module_name)
-            except Exception as exc:  # noqa: BLE001 - the module's own code: any error
+            except Exception as exc:  # the module's own code: any error
                 why = f"{type(exc).__name__}: {exc}"
                 raise ConfigError(f"{where}: cannot import '{module_name}': {why}") from exc
             try:
@@ -1537,19 +1537,31 @@ class Kernel:
             except DefinitionError as exc:
                 raise ConfigError(f"{where} ('{module_name}'): {exc}") from exc
         for index, path in enumerate(self.config.tool_definitions):
-            from toolkernel.definition import load_definitions
-
             try:
-                for definition in load_definitions(path):
-                    if definition.execution_mode is ExecutionMode.NATIVE:
-                        raise DefinitionError(
-                            definition.name,
-                            "executionMode",
-                            "NATIVE tools are registered from Python modules (tools.modules)",
-                        )
+                for definition in _data_definitions(path):
                     self.register(definition)
             except DefinitionError as exc:
                 raise ConfigError(f"tools.definitions[{index}] ({path}): {exc}") from exc
+
+
+def _data_definitions(path: Path) -> list[ToolDefinition]:
+    """The definitions of a ``tools.definitions`` file: none may be NATIVE, whose
+    implementation a file cannot give.
+
+    Raises:
+        DefinitionError: the file or a definition in it cannot be used.
+    """
+    from toolkernel.definition import load_definitions
+
+    definitions = load_definitions(path)
+    for definition in definitions:
+        if definition.execution_mode is ExecutionMode.NATIVE:
+            raise DefinitionError(
+                definition.name,
+                "executionMode",
+                "NATIVE tools are registered from Python modules (tools.modules)",
+            )
+    return definitions
 
 
 def _explanation(
