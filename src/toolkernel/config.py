@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import resource
+import shutil
 import stat
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import date, time
 from importlib import resources
@@ -25,7 +28,7 @@ from toolkernel.context import ApprovalState, RunState, VerificationStatus
 from toolkernel.definition import Permissions
 from toolkernel.errors import ConfigError, UsageError
 from toolkernel.exposure import DEFAULT_EXPOSURE, ExposureRule
-from toolkernel.globs import compile_globs, read_otherwise_by_ripgrep
+from toolkernel.globs import compile_globs, read_otherwise_by_ripgrep, workspace_pattern
 from toolkernel.pathguard import DEFAULT_FORBIDDEN
 from toolkernel.policy import (
     BUILTIN_PROFILES,
@@ -49,6 +52,15 @@ STATE_DIRNAME: Final = ".toolkernel"
 # No configuration nests this deep; the schema validator gives up at about 250 levels.
 _MAX_DEPTH: Final = 64
 _SHOWN: Final = 200  # characters of a path a message shows
+_BINARIES: Final = ("bwrap", "rg")
+_MAX_LINKS: Final = 40  # Linux follows no more in one lookup
+# [sandbox.limits] keys that every command gets as resource limits.
+_RLIMITS: Final = {
+    "cpu_seconds": resource.RLIMIT_CPU,
+    "memory_bytes": resource.RLIMIT_AS,
+    "max_processes": resource.RLIMIT_NPROC,
+    "file_size_bytes": resource.RLIMIT_FSIZE,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +129,7 @@ def load_config(path: Path | None = None, *, workspace: Path | None = None) -> C
             cannot use; the message names the file and the key.
     """
     if workspace is not None:
-        _usable(workspace, "workspace: ")
+        _directory(workspace, "workspace: ")
     if path is None:
         candidate = (workspace or Path.cwd()) / CONFIG_FILENAME
         try:
@@ -148,10 +160,15 @@ def from_mapping(
     source: Path | None = None,
     workspace: Path | None = None,
 ) -> Config:
-    """Build a Config from already-parsed TOML data (paths relative to ``base``).
+    """Build a Config from already-parsed TOML data.
+
+    ``workspace``, ``tools.definitions`` and the ``[sandbox]`` binaries are relative
+    to ``base`` (the file's directory); ``state_dir``, ``ledger.path`` and a server's
+    ``cwd`` to the workspace; ``~`` is expanded in each.
 
     Raises:
-        ConfigError: the data breaks the configuration schema.
+        ConfigError: the data breaks the configuration schema, or names a path, a
+            binary or a profile that cannot be used.
     """
     label = str(source) if source else "configuration"
     _check_values(data, label)
@@ -167,12 +184,13 @@ def from_mapping(
             raise ConfigError(f"{label}: key '{_cut(key)}': unknown key")
         # The message quotes the value (a 1e300 written out in 301 digits): its middle goes.
         raise ConfigError(f"{label}: key '{_cut(key) or '(root)'}': {_cut(error.message, 160)}")
-    _check_globs(data, label)
+    data = _workspace_globs(data, label)
     where = f"{label}: key "
     if workspace is not None:
-        root = _usable(workspace, "workspace: ")
+        root = _directory(workspace, "workspace: ")
     else:
-        root = _usable(base / data.get("workspace", "."), f"{where}'workspace': ")
+        named = f"{where}'workspace': "
+        root = _directory(_resolve(base, data.get("workspace", "."), named), named)
     state_dir = _resolve(root, data.get("state_dir", STATE_DIRNAME), f"{where}'state_dir': ")
     ledger = data.get("ledger", {})
     ledger_path = (
@@ -186,8 +204,7 @@ def from_mapping(
         raise ConfigError(f"{label}: key 'ledger.dsn': the postgres backend needs a DSN")
     profile = run.get("profile", "read-only")
     policy = _policy(data.get("policy", {}), data.get("budget", {}), data.get("rate_limits", {}))
-    if profile not in policy.profiles:
-        raise ConfigError(f"{label}: key 'run.profile': no profile named '{_cut(profile)}'")
+    _check_profiles(data, policy.profiles, label)
     exposure = (
         tuple(_exposure_rule(r) for r in data["exposure"])
         if "exposure" in data
@@ -217,8 +234,8 @@ def from_mapping(
             _resolve(base, p, f"{where}'tools.definitions.{i}': ")
             for i, p in enumerate(tools.get("definitions", ()))
         ),
-        sandbox=dict(data.get("sandbox", {})),
-        mcp_servers=_mcp_servers(data.get("mcp"), base, label),
+        sandbox=_sandbox(data.get("sandbox", {}), base, root, label),
+        mcp_servers=_mcp_servers(data.get("mcp"), root, label),
         source=source,
     )
 
@@ -256,27 +273,44 @@ _GLOB_KEYS: Final = (
 )
 
 
-def _check_globs(data: Mapping[str, Any], label: str) -> None:
+def _workspace_globs(data: Mapping[str, Any], label: str) -> dict[str, Any]:
+    """``data`` with every glob list checked and spelt as ``workspace_pattern`` has it:
+    the guard, the policy and ripgrep all match the pattern as the file meant it."""
+    normalized = dict(data)
+    policy = dict(data.get("policy", {}))
     for keys in _GLOB_KEYS:
-        section: Any = data
-        for key in keys[:-1]:
-            section = section.get(key, {})
-        for index, pattern in enumerate(section.get(keys[-1], ())):
-            shown = printable(pattern)[:80]
-            where = f"{label}: key '{'.'.join(keys)}.{index}': {shown!r}"
-            try:
-                compile_globs((pattern,))
-            except UsageError as exc:
-                cause = exc.__cause__
-                why = str(exc)
-                if isinstance(cause, re.error):
-                    why = f"{cause.msg}; escape a literal '[' or '{{' as '[[]' or '[{{]'"
-                raise ConfigError(f"{where} is not a valid glob ({why})") from exc
-            if (otherwise := read_otherwise_by_ripgrep(pattern)) is not None:
-                raise ConfigError(
-                    f"{where} is not a valid glob ({otherwise}: write one pattern per "
-                    "alternative, and a literal '[', '{' or '}' as '[[]', '[{]' or '[}]')"
-                )
+        holder = policy if keys[0] == "policy" else normalized
+        if keys[-1] in holder:
+            named = ".".join(keys)
+            holder[keys[-1]] = [
+                _workspace_glob(pattern, f"{label}: key '{named}.{index}'")
+                for index, pattern in enumerate(holder[keys[-1]])
+            ]
+    if policy:
+        normalized["policy"] = policy
+    return normalized
+
+
+def _workspace_glob(pattern: str, where: str) -> str:
+    where = f"{where}: {printable(pattern)[:80]!r}"
+    try:
+        normalized = workspace_pattern(pattern)
+    except UsageError as exc:
+        raise ConfigError(f"{where} is not a workspace pattern ({exc})") from exc
+    try:
+        compile_globs((normalized,))
+    except UsageError as exc:
+        cause = exc.__cause__
+        why = str(exc)
+        if isinstance(cause, re.error):
+            why = f"{cause.msg}; escape a literal '[' or '{{' as '[[]' or '[{{]'"
+        raise ConfigError(f"{where} is not a valid glob ({why})") from exc
+    if (otherwise := read_otherwise_by_ripgrep(normalized)) is not None:
+        raise ConfigError(
+            f"{where} is not a valid glob ({otherwise}: write one pattern per "
+            "alternative, and a literal '[', '{' or '}' as '[[]', '[{]' or '[}]')"
+        )
+    return normalized
 
 
 def _check_values(data: Mapping[str, Any], label: str) -> None:
@@ -319,6 +353,61 @@ def _mcp_servers(
         raise ConfigError(f"{label}: {exc}") from None
 
 
+def _sandbox(section: Mapping[str, Any], base: Path, workspace: Path, label: str) -> dict[str, Any]:
+    """The ``[sandbox]`` section, its ``bwrap`` and ``rg`` found as ``_binary`` says."""
+    _check_limits(section.get("limits", {}), label)
+    found = dict(section)
+    for name in _BINARIES:
+        if name in section:
+            where = f"{label}: key 'sandbox.{name}': "
+            found[name] = _binary(section[name], base, workspace, where)
+    return found
+
+
+def _check_limits(limits: Mapping[str, int], label: str) -> None:
+    """Refuse a limit above this process's hard limit: no command could start, as an
+    unprivileged process (and any in the sandbox) may lower a hard limit, not raise it."""
+    for name, which in _RLIMITS.items():
+        hard = resource.getrlimit(which)[1]
+        if name in limits and hard != resource.RLIM_INFINITY and limits[name] > hard:
+            raise ConfigError(
+                f"{label}: key 'sandbox.limits.{name}': {limits[name]} is above the hard "
+                f"limit here ({hard}), which commands cannot raise"
+            )
+
+
+def _binary(value: str, base: Path, workspace: Path, where: str) -> str:
+    """A configured binary: a path (``~`` expanded, relative to ``base``, not to the
+    current directory) or a bare name looked up on PATH. It must name an executable
+    file (when one is configured nothing else is tried, so a wrong one would refuse
+    every sandboxed call) outside the workspace: both binaries run on the host, and a
+    command that may write the workspace could put its own program in their place."""
+    command = str(_resolve(base, value, where)) if "/" in value or value[:1] == "~" else value
+    found = shutil.which(command)
+    if found is None:
+        raise ConfigError(f"{where}'{_shown(command)}' is not an executable file")
+    if any(hop.is_relative_to(workspace) for hop in _hops(found)):
+        raise ConfigError(
+            f"{where}'{_shown(command)}' is in the workspace, where a command could replace "
+            "it with a program that then runs outside the sandbox: install it elsewhere"
+        )
+    return command
+
+
+def _hops(path: str) -> Iterator[Path]:
+    """Every name that resolving ``path`` goes through, as written and in its real
+    directory: the path, each symbolic link on the way, the file. A command could
+    replace any of them, or a directory link on the way."""
+    hop = Path(path).absolute()
+    for _ in range(_MAX_LINKS):
+        yield Path(os.path.normpath(hop))
+        hop = hop.parent.resolve() / hop.name
+        yield hop
+        if not hop.is_symlink():
+            return
+        hop = hop.parent / hop.readlink()
+
+
 def _resolve(root: Path, value: str, where: str) -> Path:
     """``value`` from the configuration: ``~`` expanded, relative to ``root``, and
     checked by ``_usable`` (``where`` names the key)."""
@@ -331,6 +420,16 @@ def _resolve(root: Path, value: str, where: str) -> Path:
     path = path if path.is_absolute() else root / path
     _usable(path, where)
     return path
+
+
+def _directory(path: Path, where: str) -> Path:
+    """``path`` resolved (see ``_usable``), which must be an existing directory: the
+    workspace, which every call's paths and the state's default place are taken from."""
+    resolved = _usable(path, where)
+    if not resolved.is_dir():
+        why = "not a directory" if resolved.exists() else "no such directory"
+        raise ConfigError(f"{where}cannot use '{_shown(path)}' ({why})")
+    return resolved
 
 
 def _usable(path: Path, where: str) -> Path:
@@ -367,6 +466,26 @@ def _shown(path: Path | str) -> str:
     """``path`` for a message: control characters escaped, a long one clipped."""
     text = printable(str(path), one_line=False)
     return text if len(text) <= _SHOWN else text[: _SHOWN - 1] + "…"
+
+
+def _check_profiles(data: Mapping[str, Any], known: Mapping[str, Any], label: str) -> None:
+    """Refuse a profile name that is neither built in nor defined: a rule that names
+    only such profiles never applies, so a deny rule with a misspelt one is off."""
+    named = [("run.profile", data.get("run", {}).get("profile", "read-only"))]
+    sections = {
+        "exposure": data.get("exposure", ()),
+        "policy.rules": data.get("policy", {}).get("rules", ()),
+    }
+    for section, rules in sections.items():
+        for i, rule in enumerate(rules):
+            profiles = rule.get("profiles", ())
+            named += [(f"{section}.{i}.profiles.{j}", name) for j, name in enumerate(profiles)]
+    for key, name in named:
+        if name not in known:
+            choices = _cut(", ".join(sorted(known)), 200)
+            raise ConfigError(
+                f"{label}: key '{key}': no profile named '{_cut(name)}' (known: {choices})"
+            )
 
 
 def _set(values: Any, kind: type[Any]) -> frozenset[Any] | None:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from toolkernel.errors import UsageError
 
-__all__ = ["GlobSet", "compile_globs", "read_otherwise_by_ripgrep"]
+__all__ = ["GlobSet", "compile_globs", "read_otherwise_by_ripgrep", "workspace_pattern"]
 
 _FLAGS = re.IGNORECASE | re.DOTALL
 _ANY_DIRS = "(?:.*/)?"  # zero or more whole directories
@@ -84,6 +84,40 @@ def compile_globs(patterns: Iterable[str]) -> GlobSet:
     except (re.error, FutureWarning) as exc:
         raise UsageError(f"invalid glob pattern in {kept!r}: {exc}") from exc
     return GlobSet(patterns=kept, _regex=regex, _matches_root=matches_root)
+
+
+def workspace_pattern(pattern: str) -> str:
+    """A configured pattern in the one spelling the guard and ripgrep read alike.
+
+    Written paths may say ``./secrets/**`` or ``a//b``, which no normalized path the
+    guard checks (and no path ripgrep reports) ever spells out: such a pattern would be
+    accepted and never match. ``.`` segments and repeated ``/`` go; a pattern that had a
+    ``/`` inside stays anchored at the workspace root (``./build`` becomes ``/build``,
+    not ``build``, which would match at any depth). A trailing ``/`` goes too: these
+    globs read ``secrets/`` as ``secrets``, ripgrep as directories only, and would
+    show a file named ``secrets`` that the guard forbids.
+
+    Raises:
+        UsageError: the pattern starts with ``/`` (it looks like a host path, which no
+            workspace-relative path matches), has a ``..`` segment (no path in the
+            workspace has one), or names only the workspace root (``.``).
+    """
+    body = pattern.strip()
+    if not body:
+        raise UsageError(f"empty glob pattern: {pattern!r}")
+    if body.startswith("/"):
+        raise UsageError(
+            "patterns are relative to the workspace, not absolute: write './name' to "
+            "anchor a name at the workspace root"
+        )
+    anchored = "/" in body.rstrip("/")
+    segments = [segment for segment in body.split("/") if segment not in _ROOT]
+    if ".." in segments:
+        raise UsageError("a '..' segment matches nothing: paths in the workspace have none")
+    if not segments:
+        raise UsageError("it names the workspace root itself; '**' matches every path")
+    joined = "/".join(segments)
+    return "/" + joined if anchored and len(segments) == 1 else joined
 
 
 def _translate(pattern: str) -> tuple[str, bool]:

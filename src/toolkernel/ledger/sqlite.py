@@ -56,6 +56,7 @@ from toolkernel.ledger.rows import (
     row_event,
     stored_events,
 )
+from toolkernel.terminal import printable
 
 __all__ = ["SqliteLedger"]
 
@@ -64,6 +65,8 @@ SCHEMA_VERSION: Final = 1
 _BUSY_TIMEOUT_S: Final = 10.0
 
 _TABLES: Final = ("schema_version", "events", "heads", "idempotency")
+_OWN_TABLES: Final = frozenset({*_TABLES, "idempotency_claims"})
+_SHOWN_TABLES: Final = 5  # of another application's tables, named in the refusal
 # Opening a WAL-mode file read-only fails with these when SQLite cannot create its -shm.
 _NO_WAL_INDEX: Final = frozenset({"SQLITE_CANTOPEN", "SQLITE_READONLY_DIRECTORY"})
 
@@ -493,6 +496,7 @@ def _open(path: Path, synchronous: str) -> sqlite3.Connection:
     )
     conn.text_factory = _text
     try:
+        _check_own(conn, path)
         _configure(conn, path, synchronous)
         _migrate(conn)
     except BaseException:
@@ -595,6 +599,25 @@ def _check_tables(conn: sqlite3.Connection, path: Path) -> None:
         raise LedgerError(
             f"the ledger at {path} has no {', '.join(missing)} table: it is damaged, "
             "or not a toolkernel ledger"
+        )
+
+
+def _check_own(conn: sqlite3.Connection, path: Path) -> None:
+    """Refuse a file that holds tables of another application, before anything is
+    changed in it (WAL mode included): the ledger's tables would be added next to them,
+    in a file ``verify`` then calls no ledger. A new or empty file has no tables, and an
+    older ledger only lacks some of ours, which ``_migrate`` adds."""
+    rows = conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' "
+        "ESCAPE '\\'"
+    )
+    foreign = sorted(str(name) for (name,) in rows if name not in _OWN_TABLES)
+    if foreign:
+        shown = ", ".join(printable(name) for name in foreign[:_SHOWN_TABLES])
+        more = ", …" if len(foreign) > _SHOWN_TABLES else ""
+        raise LedgerError(
+            f"the file at {path} is not a toolkernel ledger: it holds other tables "
+            f"({shown}{more}); give the ledger a file of its own"
         )
 
 

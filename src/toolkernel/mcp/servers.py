@@ -3,6 +3,7 @@
     [[mcp.servers]]
     name = "git"                          # namespace of its tools: git.status
     command = ["uvx", "mcp-server-git"]   # stdio; or url = "http://127.0.0.1:8000/mcp"
+    cwd = "."                             # where it runs: relative to the workspace
     env_allow = ["HOME"]                  # names passed through from our environment
     env = { GIT_AUTHOR_NAME = "bot" }     # values set for the child
     timeout_ms = 30000                    # per call (becomes the tools' timeoutMs)
@@ -36,6 +37,7 @@ from urllib.parse import urlsplit, urlunsplit
 from toolkernel.definition import TrustLevel
 from toolkernel.errors import ConfigError
 from toolkernel.schema import compile_schema
+from toolkernel.terminal import printable
 
 __all__ = [
     "MCP_CONFIG_SCHEMA",
@@ -56,6 +58,7 @@ MIN_START_TIMEOUT_MS: Final = 10_000
 AD_HOC_NAME: Final = "server"
 """The name of a server given on the command line without one."""
 SERVER_NAME_PATTERN: Final = r"^[A-Za-z][A-Za-z0-9_-]{0,31}$"
+_ENV_NAME: Final = "^[A-Za-z_][A-Za-z0-9_]*$"
 
 _SERVER_SCHEMA: Final[dict[str, Any]] = {
     "type": "object",
@@ -74,12 +77,17 @@ _SERVER_SCHEMA: Final[dict[str, Any]] = {
             "pattern": "^https?://",
             "description": "Endpoint of a streamable HTTP server.",
         },
-        "cwd": {"type": "string", "description": "Working directory of a stdio server."},
-        "env_allow": {
-            "type": "array",
-            "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+        "cwd": {
+            "type": "string",
+            "description": "Working directory of a stdio server, relative to the workspace "
+            "(default: the workspace).",
         },
-        "env": {"type": "object", "additionalProperties": {"type": "string"}},
+        "env_allow": {"type": "array", "items": {"type": "string", "pattern": _ENV_NAME}},
+        "env": {
+            "type": "object",
+            "propertyNames": {"type": "string", "pattern": _ENV_NAME},
+            "additionalProperties": {"type": "string"},
+        },
         "timeout_ms": {"type": "integer", "minimum": 1, "maximum": 3_600_000},
         "start_timeout_ms": {"type": "integer", "minimum": 1, "maximum": 3_600_000},
         "tools": {"type": "array", "items": {"type": "string", "minLength": 1}},
@@ -186,7 +194,8 @@ def parse_servers(
 
     Args:
         data: the value of the ``mcp`` key, or None when the file has none.
-        base: directory a relative ``cwd`` is resolved against.
+        base: the workspace: where a stdio server runs without a ``cwd``, and what a
+            relative one is taken from. Without it, our current directory.
 
     Raises:
         ConfigError: the table breaks the schema or names a server twice; the message
@@ -219,22 +228,23 @@ def parse_servers(
 def server_from_mapping(
     raw: Mapping[str, Any], *, key: str = "mcp.servers[0]", base: Path | None = None
 ) -> ServerConfig:
-    """One server table, already checked against the schema.
+    """One server table, already checked against the schema; ``base`` is the
+    workspace, as for :func:`parse_servers`.
 
     Raises:
-        ConfigError: neither or both of ``command`` and ``url`` are given.
+        ConfigError: neither or both of ``command`` and ``url`` are given, or ``cwd``
+            names the home of a user there is none of.
     """
     if ("command" in raw) == ("url" in raw):
         raise ConfigError(f"key '{key}': give exactly one of 'command' (stdio) or 'url' (http)")
     sandbox = raw.get("sandbox", "none")
     if "url" in raw and sandbox != "none":
         raise ConfigError(f"key '{key}.sandbox': only a stdio server (command) can be sandboxed")
-    cwd = raw.get("cwd")
     return ServerConfig(
         name=raw["name"],
         command=tuple(raw.get("command", ())),
         url=raw.get("url"),
-        cwd=(base or Path.cwd()) / cwd if cwd else None,
+        cwd=_cwd(raw.get("cwd"), base, f"{key}.cwd") if "command" in raw else None,
         env_allow=tuple(raw.get("env_allow", ())),
         env=tuple(sorted(raw.get("env", {}).items())),
         timeout_ms=int(raw.get("timeout_ms", DEFAULT_TIMEOUT_MS)),
@@ -257,6 +267,20 @@ def ad_hoc_server(target: Sequence[str] | str, *, name: str = AD_HOC_NAME) -> Se
     if not target:
         raise ConfigError("give the server's command or URL")
     return ServerConfig(name=name, command=tuple(target))
+
+
+def _cwd(value: str | None, workspace: Path | None, key: str) -> Path | None:
+    """Where a stdio server runs: ``value`` (``~`` expanded, relative to the
+    workspace), else the workspace itself, as when it runs sandboxed: a server started
+    from elsewhere (``serve --workspace``) must not see another directory as its own."""
+    if not value:
+        return workspace
+    try:
+        path = Path(value).expanduser()
+    except RuntimeError as exc:  # ~user with no such user (or no home at all)
+        home = printable(value.partition("/")[0])[:40]
+        raise ConfigError(f"key '{key}': no home directory for '{home}'") from exc
+    return path if path.is_absolute() else (workspace or Path.cwd()) / path
 
 
 def _key(path: Sequence[str | int]) -> str:

@@ -1,0 +1,104 @@
+"""A SQLite file of another application at the ledger's path is refused for writing, as
+``verify`` refuses it for reading: the ledger's tables are never added next to its own."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from toolkernel.cli import main
+from toolkernel.ledger import EventType, LedgerError, NewEvent, SqliteLedger
+
+LEDGER_TABLES = {"schema_version", "events", "heads", "idempotency", "idempotency_claims"}
+
+
+def tables(path: Path) -> set[str]:
+    with sqlite3.connect(path) as conn:
+        return {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
+
+
+def journal_mode(path: Path) -> str:
+    with sqlite3.connect(path) as conn:
+        mode: str = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        return mode
+
+
+def foreign_database(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE customers (name TEXT, card TEXT)")
+        conn.execute("INSERT INTO customers VALUES ('ada', '4111')")
+    return path
+
+
+def request(n: int) -> NewEvent:
+    return NewEvent(EventType.TOOL_CALL_REQUEST, {"n": n}, f"c{n}")
+
+
+def test_a_foreign_database_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    path = foreign_database(tmp_path / "app.db")
+    with pytest.raises(LedgerError, match="not a toolkernel ledger") as refused:
+        SqliteLedger(path)
+    assert "customers" in str(refused.value)
+    assert tables(path) == {"customers"}
+    assert journal_mode(path) == "delete"  # not even switched to WAL
+
+
+def test_a_ledger_another_application_added_a_table_to_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    with SqliteLedger(path) as ledger:
+        ledger.append("run-1", [request(1)])
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE notes (text TEXT)")
+    with pytest.raises(LedgerError, match=r"other tables \(notes\)"):
+        SqliteLedger(path)
+
+
+@pytest.mark.parametrize("present", ["missing", "empty"])
+def test_a_missing_or_empty_file_still_becomes_a_ledger(tmp_path: Path, present: str) -> None:
+    path = tmp_path / "state" / "ledger.db"
+    if present == "empty":
+        path.parent.mkdir()
+        path.touch()
+    with SqliteLedger(path) as ledger:
+        ledger.append("run-1", [request(1)])
+        assert ledger.verify().ok
+    assert tables(path) == LEDGER_TABLES
+
+
+def test_sqlites_own_tables_do_not_make_a_ledger_foreign(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    with SqliteLedger(path) as ledger:
+        ledger.append("run-1", [request(1)])
+    with sqlite3.connect(path) as conn:
+        conn.execute("ANALYZE")  # creates sqlite_stat1
+    assert "sqlite_stat1" in tables(path)
+    with SqliteLedger(path) as reopened:
+        reopened.append("run-1", [request(2)])
+        assert reopened.verify().ok
+
+
+def test_an_older_ledger_without_the_claims_table_is_still_opened(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    with SqliteLedger(path) as ledger:
+        ledger.append("run-1", [request(1)])
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE idempotency_claims")
+    with SqliteLedger(path) as reopened:
+        reopened.append("run-1", [request(2)])
+        assert [e.seq for e in reopened.events("run-1")] == [1, 2]
+    assert tables(path) == LEDGER_TABLES
+
+
+def test_a_call_refuses_a_foreign_database_as_verify_does(tmp_path: Path, capsys) -> None:
+    workspace = tmp_path / "ws"
+    path = foreign_database(workspace / ".toolkernel" / "ledger.db")
+    assert main(["ledger", "verify", "--workspace", str(workspace)]) == 2
+    assert "not a toolkernel ledger" in capsys.readouterr().err
+    assert main(["call", "memory.read", "--workspace", str(workspace)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("LedgerError: ")
+    assert "not a toolkernel ledger" in err
+    assert tables(path) == {"customers"}
