@@ -261,3 +261,30 @@ def test_a_planted_tree_or_huge_file_is_removed_not_kept(tmp_path: Path) -> None
     assert planted.left == ()
     assert not os.path.lexists(ws / "toolkernel.toml")
     assert (ws / "sub" / "toolkernel.toml").read_bytes() == POLICY
+
+
+def test_what_stood_at_a_policy_name_before_the_command_is_left_as_it_was(
+    tmp_path: Path,
+) -> None:
+    """A directory or a FIFO named toolkernel.toml that was there before the command
+    is the user's, not something the command planted: it is neither reported nor
+    removed. One the command put in its place is."""
+    ws, _, quarantine = layout(tmp_path)
+    (ws / "notes" / "toolkernel.toml").mkdir(parents=True)
+    (ws / "notes" / "toolkernel.toml" / "precious.txt").write_text("data")
+    os.mkfifo(ws / "sub" / "pipe")
+    (ws / "fifo").mkdir()
+    os.mkfifo(ws / "fifo" / "toolkernel.toml")
+    snapshot = take(ws, quarantine)
+
+    planted = snapshot.restore(config_files(ws))
+
+    assert not planted
+    assert (ws / "notes" / "toolkernel.toml" / "precious.txt").read_text() == "data"
+    assert (ws / "fifo" / "toolkernel.toml").exists()
+
+    shutil.rmtree(ws / "notes" / "toolkernel.toml")
+    (ws / "notes" / "toolkernel.toml").write_text("[run]\nprofile = 'full'\n")
+    replaced = snapshot.restore(config_files(ws))
+    assert ws / "notes" / "toolkernel.toml" in replaced.found
+    assert not (ws / "notes" / "toolkernel.toml").is_file()

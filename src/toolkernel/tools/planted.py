@@ -105,6 +105,9 @@ class PolicySnapshot:
     links: dict[Path, str] = field(default_factory=dict)  # existing symlinks: their target
     workspace: Path | None = None  # None: each path's own directory is trusted
     quarantine: Path | None = None
+    # Existing entries of that name that are no file (a directory, a FIFO): the user's,
+    # left as they are while they stay so (no runtime reads one as its policy).
+    others: frozenset[Path] = frozenset()
 
     @classmethod
     def take(
@@ -121,6 +124,7 @@ class PolicySnapshot:
             if _inspect(workspace, path).kind != "diverted"  # under a symlink: not ours
         }
         links: dict[Path, str] = {}
+        others: set[Path] = set()
         for path in existing:
             if path.name != CONFIG_FILENAME:
                 continue
@@ -137,7 +141,9 @@ class PolicySnapshot:
                             files[target] = content.content
             elif seen.kind == "file":
                 files[path] = seen.content
-        return cls(files, links, workspace, quarantine)
+            elif seen.kind == "other":
+                others.add(path)
+        return cls(files, links, workspace, quarantine, frozenset(others))
 
     def restore(self, now: Iterable[Path] = ()) -> Planted:
         """Put every policy file back as it was; ``now`` lists those there now.
@@ -147,6 +153,9 @@ class PolicySnapshot:
         raises: what cannot be undone is in ``Planted.left`` (and logged as an error).
         """
         changed = [p for p in now if p not in self.files and p not in self.links]
+        changed = [
+            p for p in changed if not (p in self.others and self._inspect(p).kind == "other")
+        ]
         changed += [p for p in (*self.links, *self.files) if self._inspect(p) != self._expected(p)]
         if not changed:
             return Planted()
