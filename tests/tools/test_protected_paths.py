@@ -380,3 +380,20 @@ def test_a_directory_hidden_whole_refuses_writes_and_one_with_more_is_not_hidden
     assert write_more.structured_output["stdout"]["head"] == "print('hi')\n"
     peek = run_shell(kernel, "cat", "more/a.pem")
     assert "BEGIN PRIVATE KEY" not in str(peek.projection())
+
+
+def test_the_runtimes_own_environment_in_the_workspace_is_not_writable(kernel, monkeypatch):
+    """A project's .venv that holds toolkernel itself: a command that replaced its
+    Python or its bubblewrap would run them on the host at the next `toolkernel`."""
+    import sys
+
+    ws = kernel.config.workspace
+    venv = ws / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "bwrap").write_text("#!/bin/sh\n")
+    monkeypatch.setattr(sys, "prefix", str(venv))
+    replace = run_shell(kernel, "sh", "-c", "echo 'evil' > .venv/bin/bwrap")
+    elsewhere = run_shell(kernel, "sh", "-c", "echo fine > notes.txt")
+    assert replace.status is Status.FAILED
+    assert (venv / "bin" / "bwrap").read_text() == "#!/bin/sh\n"
+    assert elsewhere.status is Status.SUCCEEDED

@@ -789,7 +789,23 @@ def write_protected(config: Config, workspace: Path, rg: str | None = None) -> t
     source = config.source.resolve() if config.source is not None else None
     if source is not None and source.is_relative_to(workspace) and source not in protected:
         protected.append(source)
+    for own in _runtime_installation(rg):
+        if own.is_relative_to(workspace) and own not in protected:
+            protected.append(own)
     return tuple(protected)
+
+
+def _runtime_installation(rg: str | None) -> list[Path]:
+    """What the runtime itself runs on the host, later: its virtual environment (the
+    Python, the packages, the bubblewrap wheel's binary) and ripgrep. In a workspace
+    (a project's own ``.venv``), a command could otherwise replace them and have the
+    next ``toolkernel`` run its code outside any sandbox."""
+    own: list[Path] = []
+    if sys.prefix != sys.base_prefix:  # a virtual environment, not the system's Python
+        own.append(Path(sys.prefix).resolve())
+    if rg is not None:
+        own.append(Path(rg).resolve())
+    return own
 
 
 def config_files(workspace: Path) -> tuple[Path, ...]:
