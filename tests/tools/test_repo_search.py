@@ -352,3 +352,42 @@ async def test_a_preview_cut_from_a_long_line_shows_nothing_of_a_secret_at_its_e
         assert not [p for p in previews if any(piece in p for piece in pieces)], secret
     assert any(SECRET_MASK in p for p in previews)
     assert all(len(p) <= PREVIEW_CHARS + 2 * len(SECRET_MASK) + 2 for p in previews)
+
+
+async def test_a_file_named_like_a_forbidden_directory_is_not_shown_either(ws):
+    """'.ssh/' (a default) and 'creds/' forbid the name as a file too, as the guard
+    reads them; ripgrep alone would skip only directories."""
+    (ws / ".ssh").write_text("new LegacyClient( in a file named .ssh\n")
+    (ws / "creds").write_text("new LegacyClient( in a file named creds\n")
+    (ws / "sub").mkdir()
+    (ws / "sub" / "creds").write_text("new LegacyClient( in sub/creds\n")
+    config = CONFIG.replace('["private/**"]', '["private/**", "creds/"]')
+    kernel = make_kernel(ws, config, workspace_tools=False)
+    install(kernel)
+    try:
+        for globs in (None, ["*"], [".ssh", "creds", "sub/creds"]):
+            result = await search(kernel, query="in a file named", pathGlobs=globs)
+            assert result.structured_output["matches"] == [], globs
+            nested = await search(kernel, query="in sub/creds", pathGlobs=globs)
+            assert nested.structured_output["matches"] == [], globs
+    finally:
+        kernel.close()
+
+
+async def test_path_globs_that_name_a_hidden_directory_search_it(kernel, ws):
+    (ws / ".github" / "workflows").mkdir(parents=True)
+    (ws / ".github" / "workflows" / "ci.yml").write_text("run: new LegacyClient(7)\n")
+    named = await search(kernel, query="LegacyClient(7)", pathGlobs=[".github/**"])
+    assert [m["path"] for m in named.structured_output["matches"]] == [".github/workflows/ci.yml"]
+    default = await search(kernel, query="LegacyClient(7)")
+    assert default.structured_output["matches"] == []  # hidden files only when named
+
+
+@pytest.mark.parametrize(
+    ("query", "fixed"), [("def f():\n    return 1", True), (r"f\(\):\n", False)]
+)
+async def test_a_query_across_lines_says_a_search_matches_within_one_line(kernel, query, fixed):
+    result = await search(kernel, query=query, fixedString=fixed)
+    assert result.status is Status.INVALID_ARGUMENTS
+    assert result.error_code is ErrorCode.SCHEMA_VIOLATION
+    assert "within one line" in result.safe_message

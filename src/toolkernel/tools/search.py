@@ -170,11 +170,23 @@ def rg_argv(
     argv.append("--case-sensitive" if case_sensitive else "--ignore-case")
     if fixed_string:
         argv.append("--fixed-strings")
+    if any(_names_hidden(glob) for glob in path_globs):
+        argv.append("--hidden")  # asked for by name: '.github/**' finds its files
     argv += [f"--glob={glob}" for glob in path_globs]
     # Last, so that they win over any glob above (ripgrep: later globs take precedence).
-    argv += [f"--iglob=!{pattern}" for pattern in forbidden]
+    # As the guard reads them: trimmed, and 'creds/' a file as well as a directory
+    # (ripgrep alone would skip only a directory, and show a file the guard forbids).
+    excluded = (pattern.strip().rstrip("/") for pattern in forbidden)
+    argv += [f"--iglob=!{pattern}" for pattern in excluded if pattern]
     argv += [f"--regexp={query}", "--", "."]
     return argv
+
+
+def _names_hidden(glob: str) -> bool:
+    """Whether ``glob`` names a hidden file or directory (a segment starting with '.')."""
+    return any(
+        segment.startswith(".") and segment not in (".", "..") for segment in glob.split("/")
+    )
 
 
 def find_rg(configured: str | None = None) -> str:
@@ -457,6 +469,8 @@ def _refused_pattern(result: CommandResult) -> tuple[str, str] | None:
         )
     if "regex parse error" in result.stderr.head:
         return "query", "not a valid regular expression; set fixedString to true for literal text"
+    if 'the literal "\\n" is not allowed' in result.stderr.head:
+        return "query", "a search matches within one line: search for one line of the text"
     return None
 
 
