@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import json
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Mapping
@@ -21,6 +20,7 @@ import anyio.from_thread
 import anyio.lowlevel
 
 from toolkernel.canonical import utf8_text
+from toolkernel.terminal import json_text, printable
 
 __all__ = [
     "ApprovalDecision",
@@ -155,11 +155,13 @@ class TerminalApprover:
         return await _in_daemon_thread(self._prompt, request)
 
     def _prompt(self, request: ApprovalRequest) -> ApprovalDecision:
-        shown = json.dumps(dict(request.arguments), indent=2, ensure_ascii=False)
-        self._err.write(
-            f"\n{request.tool_name} {request.tool_version} needs approval "
-            f"({'; '.join(request.reasons)}).\nArguments:\n{shown}\nApprove? [y/N] "
-        )
+        # The arguments are the model's choice, and a name, a version or a reason can
+        # come from a bridged server: what a terminal would act on, or what would hide
+        # or reorder text (U+202E), is escaped, so that the human approves what they read.
+        shown = json_text(dict(request.arguments), indent=2)
+        label = printable(f"{request.tool_name} {request.tool_version}")
+        why = "; ".join(printable(reason) for reason in request.reasons)
+        self._err.write(f"\n{label} needs approval ({why}).\nArguments:\n{shown}\nApprove? [y/N] ")
         self._err.flush()
         answer = self._in.readline().strip().lower()
         return ApprovalDecision(answer in ("y", "yes"), "terminal", f"answered {answer!r}")

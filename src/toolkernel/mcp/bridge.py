@@ -1128,12 +1128,24 @@ class McpBridge:
         return admission
 
     def _expose(self, admission: Admission) -> None:
+        """Register the admitted tool in place of the one of its name. The same
+        definition on the same route is left registered: a server that lists its tools
+        again unchanged (on its own list_changed, or after a restart) changes nothing,
+        and the kernel's listeners are not told that it did."""
         assert admission.definition is not None
         name = admission.name
+        structured = admission.definition.output_contract.schema is not None
+        route = _Route(admission.server.name, admission.remote_name, structured)
+        registered = self.kernel.registry.find(name)
+        if (
+            self._routes.get(name) == route
+            and registered is not None
+            and registered.definition == admission.definition
+        ):
+            return
         self.kernel.unregister(name)
         self.kernel.register(admission.definition)
-        structured = admission.definition.output_contract.schema is not None
-        self._routes[name] = _Route(admission.server.name, admission.remote_name, structured)
+        self._routes[name] = route
 
     def _withdraw(self, name: str, reason: str = "") -> None:
         if self._routes.pop(name, None) is not None:

@@ -19,13 +19,15 @@ call whose ``arguments`` is not an object. A ``tools/list`` the audit ledger can
 record (TOOLS_EXPOSED) is an error answer: its message says only that, and the
 operator's log says why (``_ledger_failures_hidden``). Over HTTP, requests a web page
 could have sent are refused by Host and Origin (``_Allowed``). Over stdio nothing but
-JSON-RPC goes to stdout; logs go to stderr.
+JSON-RPC goes to stdout, and every request gets an answer, a line that is no valid
+request included; at the end of stdin the calls still running are cancelled, and every
+request read is answered before the gateway stops (``_StdioTransport``). Logs go to
+stderr.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-import io
 import ipaddress
 import json
 import logging
@@ -51,16 +53,18 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Final, Literal
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
+import anyio.to_thread
 import mcp_types as types
+from anyio.streams.memory import MemoryObjectSendStream
 from mcp.server import Server, ServerRequestContext
 from mcp.server.connection import Connection
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.lowlevel import NotificationOptions
-from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
 from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -81,7 +85,6 @@ from toolkernel.mcp.gateway_approval import (
     how_to_approve,
 )
 from toolkernel.mcp.gateway_render import RUN_META, render_result, render_tool
-from toolkernel.mcp.streams import FilteredReadStream
 from toolkernel.run import Run
 from toolkernel.terminal import printable
 
@@ -180,6 +183,9 @@ class Gateway:
     async def list_tools(
         self, ctx: _Context, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        if params is not None and params.cursor is not None:
+            # The list is one page, so no cursor was ever given out (MCP: -32602).
+            raise MCPError(types.INVALID_PARAMS, _NO_CURSOR)
         run = self.run_for(ctx)
         self._listeners[_session_of(ctx)[0]] = ctx.session
         definitions = self.kernel.expose(run)
@@ -210,14 +216,7 @@ class Gateway:
                     if needed is not None:
                         return needed
         result = await self._governed(ctx, run, params.name, proposed, approver, stop)
-        if (
-            approver is None
-            and result.status is Status.DENIED
-            and result.error_code is ErrorCode.APPROVAL_REQUIRED
-        ):
-            how = how_to_approve(params.name)
-            message = safe_message(ErrorCode.APPROVAL_REQUIRED, tool=params.name, how=how)
-            result = result.with_(safe_message=message)
+        result = _with_how_to_approve(result, approver, params.name)
         tool = self.kernel.registry.find(params.name, None)
         return render_result(result, tool, run_id=run.id)
 
@@ -332,6 +331,31 @@ class Gateway:
             input_requests={APPROVAL_INPUT: types.ElicitRequest(params=form)},
             request_state=answer_binding(name, arguments),
         )
+
+
+def _with_how_to_approve(
+    result: ToolCallResult, approver: Approver | None, tool: str
+) -> ToolCallResult:
+    """``result`` saying how to approve the call when nobody could be asked about it:
+    the client cannot ask its user, or its elicitation failed (which the kernel records
+    as the approver's rejection: the model must not read that the user refused)."""
+    if result.status is not Status.DENIED:
+        return result
+    if approver is None and result.error_code is ErrorCode.APPROVAL_REQUIRED:
+        how = how_to_approve(tool)
+    elif (
+        isinstance(approver, ElicitingApprover)
+        and approver.unasked is not None
+        and result.error_code is ErrorCode.APPROVAL_REJECTED
+    ):
+        how = how_to_approve(tool, unasked=approver.unasked)
+    else:
+        return result
+    message = safe_message(ErrorCode.APPROVAL_REQUIRED, tool=tool, how=how)
+    return result.with_(error_code=ErrorCode.APPROVAL_REQUIRED, safe_message=message)
+
+
+_NO_CURSOR: Final = "Unknown cursor: the tools are listed on one page; list them without one."
 
 
 class _ProgressRelay:
@@ -529,7 +553,7 @@ async def _serve(
                 server = build_server(kernel, gateway)
                 group.start_soon(gateway.announce_changes)
                 if transport == "stdio":
-                    await _serve_stdio(server, kernel)
+                    await _serve_stdio(server, gateway)
                 else:
                     await _serve_http(server, listen, stop)
                 group.cancel_scope.cancel()
@@ -591,14 +615,16 @@ async def _stop_on_signal(stop: _Stop) -> None:
                 return
 
 
-async def _serve_stdio(server: Server[Any], kernel: Kernel) -> None:
+async def _serve_stdio(server: Server[Any], gateway: Gateway) -> None:
     """Until stdin closes, or until cancelled (SIGINT/SIGTERM): the kernel is closed after."""
-    _log.info("serving %s over stdio", kernel.config.workspace)
-    with _claimed_stdin() as wire:
+    _log.info("serving %s over stdio", printable(str(gateway.kernel.config.workspace)))
+    with _claimed_stdio() as (wire_in, wire_out):
+        # The end of stdin is the client going away: its calls still running are cancelled.
+        transport = _StdioTransport(
+            wire_in, wire_out, on_end=lambda: gateway.cancel_calls(ErrorCode.USER_CANCELLED)
+        )
         try:
-            async with stdio_server(stdin=_StdinLines(wire)) as (read_stream, write_stream):
-                readable = _AnswerUnreadable(read_stream, write_stream)
-                await server.run(readable, write_stream, server.create_initialization_options())
+            await transport.serve(server)
         except* _CLIENT_GONE:
             # Writing an answer found stdout closed: the client went away, as when it
             # closes stdin. The session ends; calls still running were cancelled.
@@ -606,111 +632,231 @@ async def _serve_stdio(server: Server[Any], kernel: Kernel) -> None:
 
 
 @contextmanager
-def _claimed_stdin() -> Iterator[BinaryIO]:
-    """The client's stdin, for the transport alone.
+def _claimed_stdio() -> Iterator[tuple[BinaryIO, BinaryIO]]:
+    """The client's stdin and stdout, for the transport alone.
 
-    As the SDK's ``stdio_server`` does with a stdin it opens itself: while serving, fd 0
-    is the null device, so a tool or a child that reads stdin gets EOF rather than the
-    client's requests. The duplicate is never closed: a reader may still block on it.
+    As the SDK's ``stdio_server`` does: while serving, fd 0 is the null device and fd 1
+    is stderr, so a tool or a child that reads stdin gets EOF rather than the client's
+    requests, and one that prints cannot garble the answers. The duplicates are never
+    closed: a thread may still block on them.
     """
-    wire = os.dup(0)  # not inherited by children
-    null = os.open(os.devnull, os.O_RDONLY)
+    wire_in, wire_out = os.dup(0), os.dup(1)  # not inherited by children
+    null = os.open(os.devnull, os.O_RDWR)
     try:
         os.dup2(null, 0)
+        try:
+            os.dup2(2, 1)
+        except OSError:  # no stderr either
+            os.dup2(null, 1)
     finally:
         os.close(null)
     try:
-        yield os.fdopen(wire, "rb", closefd=False)
+        yield os.fdopen(wire_in, "rb", closefd=False), os.fdopen(wire_out, "wb", closefd=False)
     finally:
-        os.dup2(wire, 0)
+        if sys.stdout is not None:  # what a tool printed goes where the rest of it went
+            with suppress(OSError, ValueError):
+                sys.stdout.flush()
+        os.dup2(wire_in, 0)
+        os.dup2(wire_out, 1)
 
 
-class _StdinLines(anyio.AsyncFile[str]):
-    """stdin's lines for the SDK's ``stdio_server``, read by a daemon thread.
+class _StdioTransport:
+    """MCP's stdio transport: newline-delimited JSON-RPC, one message a line each way.
 
-    The SDK reads them in an anyio worker thread, which a cancellation waits for and
-    the interpreter joins at exit: while the client kept stdin open, SIGTERM could not
-    stop the server. A cancelled ``readline`` here returns at once; the thread, blocked
-    until the client writes or closes stdin, does not hold up the exit.
+    The gateway's own, not the SDK's ``stdio_server``, which left clients waiting for
+    answers that never came: it dropped the lines it could not read as a message,
+    where JSON-RPC prescribes an error answer (``_refusal``), split a line at a bare CR
+    (JSON whitespace), and at the end of stdin ended the session at once, cutting off
+    the answers of requests already done. Here every request read is answered before
+    the server sees the end (``_drain``); the calls still running are cancelled first
+    (``on_end``) and answered CANCELLED, as the ledger records them.
     """
 
-    def __init__(self, wire: BinaryIO) -> None:
-        super().__init__(io.TextIOWrapper(wire, encoding="utf-8", errors="replace"))
-        self._send, self._receive = anyio.create_memory_object_stream[str]()
-        self._reader: threading.Thread | None = None
+    def __init__(
+        self, wire_in: BinaryIO, wire_out: BinaryIO, *, on_end: Callable[[], None]
+    ) -> None:
+        self._in = wire_in
+        self._out = wire_out
+        self._on_end = on_end
+        self._send_answer, self._answers = anyio.create_memory_object_stream[SessionMessage]()
+        self._send_request, self._requests = anyio.create_memory_object_stream[
+            SessionMessage | Exception
+        ]()
+        self._send_refusal = self._send_answer.clone()
+        self._unanswered: set[types.RequestId] = set()
+        self._answer_written = anyio.Event()
 
-    async def readline(self) -> str:
-        """The next line, or "" once stdin is closed."""
-        if self._reader is None:
-            loop = anyio.lowlevel.current_token()
-            self._reader = threading.Thread(
-                target=self._read, args=(loop,), name="stdin", daemon=True
-            )
-            self._reader.start()
+    async def serve(self, server: Server[Any]) -> None:
+        """Until stdin closes and the requests read are answered, or the server stops."""
+        async with anyio.create_task_group() as writing:
+            writing.start_soon(self._write)
+            async with anyio.create_task_group() as reading:
+                reading.start_soon(self._read)
+                options = server.create_initialization_options()
+                await server.run(self._requests, self._send_answer, options)
+                reading.cancel_scope.cancel()
+
+    async def _read(self) -> None:
+        """Until stdin closes: its lines to the server (``_take``), then ``_drain``."""
+        send_line, lines = anyio.create_memory_object_stream[bytes]()
+        token = anyio.lowlevel.current_token()
+        reader = threading.Thread(
+            target=_read_stdin, args=(self._in, send_line, token), name="stdin", daemon=True
+        )
+        reader.start()
+        async with self._send_request, self._send_refusal, lines:
+            with suppress(anyio.BrokenResourceError):  # the server stopped reading
+                async for line in lines:
+                    await self._take(line.decode("utf-8", errors="replace"))
+                await self._drain()
+
+    async def _take(self, line: str) -> None:
+        """Pass a line on to the server as a message, or answer it here."""
+        if not line.strip():
+            return
         try:
-            return await self._receive.receive()
-        except anyio.EndOfStream:
-            return ""
+            message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        except ValidationError as exc:
+            await self._refuse(line, _refusal(line, exc))
+            return
+        if isinstance(message, types.JSONRPCNotification) and "id" in _top_level_members(line):
+            # An "id" MCP does not allow (a fraction, true, null) made the SDK read a
+            # request as a notification, which nobody answers.
+            await self._refuse(line, _error_answer(None, types.INVALID_REQUEST, _BAD_ID))
+            return
+        self._expect_answer(message)
+        await self._send_request.send(SessionMessage(message))
 
-    def _read(self, loop: anyio.lowlevel.EventLoopToken) -> None:
-        # RuntimeError: the loop has finished; the others: it stopped taking lines.
-        with suppress(RuntimeError, CancelledError, anyio.BrokenResourceError):
-            try:
-                for line in self.wrapped:
-                    anyio.from_thread.run(self._send.send, line, token=loop)
-            finally:  # stdin closed (or broke): the session ends
-                anyio.from_thread.run_sync(self._send.close, token=loop)
+    async def _refuse(self, line: str, answer: types.JSONRPCError | None) -> None:
+        if answer is None:
+            _log.debug("dropped a line that is no JSON-RPC message: %s", printable(line[:200]))
+            return
+        _log.warning("answered a line that is no JSON-RPC request: %s", answer.error.message)
+        await self._send_refusal.send(SessionMessage(answer))
+
+    def _expect_answer(self, message: types.JSONRPCMessage) -> None:
+        if isinstance(message, types.JSONRPCRequest):
+            self._unanswered.add(message.id)
+        elif (
+            isinstance(message, types.JSONRPCNotification)
+            and message.method == "notifications/cancelled"  # never answered (MCP)
+        ):
+            cancelled = (message.params or {}).get("requestId")
+            if isinstance(cancelled, str | int):
+                self._unanswered.discard(cancelled)
+
+    async def _drain(self) -> None:
+        """stdin has closed: cancel the calls still running, and let every request read
+        be answered before the server sees the end, which would cancel what it still
+        runs and drop the answers it has not written yet."""
+        self._on_end()
+        with anyio.move_on_after(_END_GRACE_S):
+            while self._unanswered:
+                self._answer_written = anyio.Event()
+                await self._answer_written.wait()
+
+    async def _write(self) -> None:
+        async with self._answers:
+            async for item in self._answers:
+                await anyio.to_thread.run_sync(self._put, _wire_line(item.message))
+                if isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError):
+                    self._unanswered.discard(item.message.id)
+                    self._answer_written.set()
+
+    def _put(self, line: bytes) -> None:
+        self._out.write(line)
+        self._out.flush()
 
 
-class _AnswerUnreadable(FilteredReadStream):
-    """The stdio read stream, answering requests the SDK cannot read.
+_END_GRACE_S: Final = 5.0
+"""At the end of stdin, how long the requests read may take to be answered. The calls
+still running are cancelled then: only a tool that ignores its cancellation takes long."""
 
-    A line that is JSON the SDK's strict parser refuses (a lone surrogate escape such
-    as ``"\\ud800"``, nesting deeper than it takes, an integer longer than it takes)
-    reaches the session as an exception, which drops it: a request would never be
-    answered and its client would wait forever. When the line shows a request id, it
-    gets an INVALID_REQUEST error answer.
+
+def _read_stdin(
+    wire: BinaryIO, lines: MemoryObjectSendStream[bytes], token: anyio.lowlevel.EventLoopToken
+) -> None:
+    """A daemon thread's work: stdin's lines, split at "\\n" alone (a binary file's
+    lines), into ``lines``.
+
+    In an anyio worker thread, a cancellation would wait for it and the interpreter
+    join it at exit: while the client kept stdin open, SIGTERM could not stop the
+    server. This thread, blocked until the client writes or closes stdin, does not hold
+    up the exit.
     """
-
-    def __init__(self, inner: Any, writer: Any) -> None:
-        super().__init__(inner)
-        self._writer = writer
-
-    async def receive(self) -> Any:
-        while True:
-            item = await self._inner.receive()
-            request_id = _unreadable_request_id(item)
-            if request_id is None:
-                return item
-            _log.warning("answered request %r that could not be read: %s", request_id, item)
-            error = types.ErrorData(
-                code=types.INVALID_REQUEST,
-                message="The request could not be read as JSON-RPC (a lone surrogate "
-                "escape such as \\ud800, nesting too deep, or a number too long?).",
-            )
-            answer = types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
-            await self._writer.send(SessionMessage(answer))
+    # RuntimeError: the loop has finished; the others: it stopped taking lines.
+    with suppress(RuntimeError, CancelledError, anyio.BrokenResourceError, OSError):
+        try:
+            for line in wire:
+                anyio.from_thread.run(lines.send, line, token=token)
+        finally:  # stdin closed (or broke): the session ends
+            anyio.from_thread.run_sync(lines.close, token=token)
 
 
-def _unreadable_request_id(item: object) -> str | int | None:
-    """The id of a request the SDK could not parse, if the raw line shows one."""
-    if not isinstance(item, ValidationError) or not item.error_count():
-        return None
-    error = item.errors(include_url=False)[0]
-    if error.get("type") != "json_invalid":
-        return None  # read as JSON, refused as JSON-RPC: its input is a part, not the line
-    raw = error.get("input")
-    if isinstance(raw, bytes):
-        raw = raw.decode("utf-8", errors="replace")
-    if not isinstance(raw, str):
-        return None
-    members = _top_level_members(raw)
-    if "method" not in members:
-        return None
+def _wire_line(message: types.JSONRPCMessage) -> bytes:
+    try:
+        text = message.model_dump_json(by_alias=True, exclude_unset=True)
+    except PydanticSerializationError:
+        # A lone surrogate has no UTF-8 form: the id of a request that held one (see
+        # _refusal). JSON's escape for it is how the client wrote it.
+        data = message.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        text = json.dumps(data, separators=(",", ":"))
+    return text.encode() + b"\n"
+
+
+_UNREADABLE: Final = (
+    "The request could not be read as JSON-RPC (a lone surrogate escape such as \\ud800, "
+    "nesting too deep, or a number too long?)."
+)
+_BATCH: Final = (
+    "Invalid Request: JSON-RPC batches are not supported (MCP dropped them in protocol "
+    "2025-06-18); send each request on a line of its own."
+)
+_BAD_ID: Final = 'Invalid Request: "id" must be a string or an integer.'
+
+
+def _refusal(line: str, error: ValidationError) -> types.JSONRPCError | None:
+    """The error answer JSON-RPC prescribes to a line the SDK's reader refuses, or None
+    when there must be none (a notification, or a response to the server).
+
+    The answer carries the request's id when the line shows one MCP allows (a string,
+    even one holding a lone surrogate, or an integer), else null. The SDK's reader
+    refuses as not JSON what Python's would read (a lone surrogate escape, deep
+    nesting, a long integer): ``_top_level_members`` finds the id all the same.
+    """
+    details = error.errors(include_url=False, include_input=False)
+    unparsed = bool(details) and details[0]["type"] == "json_invalid"
+    if not unparsed and line.lstrip().startswith("["):
+        return _error_answer(None, types.INVALID_REQUEST, _BATCH)
+    members = _top_level_members(line)
+    if "method" in members and "id" not in members:
+        return None  # a notification
+    if "method" not in members and ("result" in members or "error" in members):
+        return None  # a response: nobody waits for an answer to it
+    if unparsed and not members:
+        return _error_answer(None, types.PARSE_ERROR, "Parse error: the line is not JSON.")
     request_id = members.get("id")
     if isinstance(request_id, bool) or not isinstance(request_id, str | int):
-        return None  # a notification, or no usable id
-    return request_id
+        request_id = None
+    why = _UNREADABLE if unparsed else f"Invalid Request: {_not_a_request(details)}."
+    return _error_answer(request_id, types.INVALID_REQUEST, why)
+
+
+def _not_a_request(details: Sequence[Any]) -> str:
+    """What the SDK found wrong with a JSON value as a request (its first complaint)."""
+    for detail in details:
+        where = detail["loc"]
+        if where[:1] == ("JSONRPCRequest",):
+            field = ".".join(map(str, where[1:]))
+            return f'"{field}": {detail["msg"]}' if field else str(detail["msg"])
+    return "not a JSON-RPC request"
+
+
+def _error_answer(
+    request_id: types.RequestId | None, code: int, message: str
+) -> types.JSONRPCError:
+    error = types.ErrorData(code=code, message=message)
+    return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
 
 
 _SPACE: Final = re.compile(r"[ \t\n\r]*")
@@ -909,7 +1055,9 @@ async def bridged(kernel: Kernel) -> AsyncIterator[object]:
             _log.info(
                 "bridged %s: %s; %d tools accepted, %d rejected, %d held",
                 report.server,
-                "connected" if report.connected else f"unavailable ({report.error})",
+                "connected"
+                if report.connected
+                else f"unavailable ({printable(report.error or '')})",
                 len(report.accepted),
                 len(report.rejected),
                 len(report.held),

@@ -7,7 +7,8 @@ able to ask its user, so the gateway passes each ``tools/call`` its own approver
 * a handshake-era client that declared ``elicitation`` is asked with an
   ``elicitation/create`` form request showing the tool and its full arguments
   (``ElicitingApprover``): accept approves, decline or cancel rejects
-  (APPROVAL_REJECTED);
+  (APPROVAL_REJECTED); a request the client fails (an error, an answer that is no
+  form result) asked nobody, and the gateway says how to approve (``unasked``);
 * a 2026-07-28 client cannot receive server requests; the gateway returns an
   ``InputRequiredResult`` carrying the same form, and the client's retry brings the
   answer (``AnsweredApprover``), bound to the tool and arguments it was asked about;
@@ -17,7 +18,6 @@ able to ask its user, so the gateway passes each ``tools/call`` its own approver
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -31,6 +31,7 @@ from pydantic import ValidationError
 from toolkernel.approval import ApprovalDecision, ApprovalRequest
 from toolkernel.cancel import CancellationToken
 from toolkernel.canonical import sha256_of
+from toolkernel.terminal import json_text, printable
 
 __all__ = [
     "APPROVAL_INPUT",
@@ -68,10 +69,15 @@ _FORM_SCHEMA: Final[dict[str, Any]] = {
 def approval_form(
     tool: str, version: str | None, arguments: Mapping[str, Any], reasons: Sequence[str]
 ) -> types.ElicitRequestFormParams:
-    """The form shown to the user: the tool, why it is held, and its full arguments."""
-    shown = json.dumps(dict(arguments), indent=2, ensure_ascii=False, sort_keys=True)
-    why = "; ".join(reasons) or "the policy asks for approval"
-    label = f"{tool} {version}" if version else tool
+    """The form shown to the user: the tool, why it is held, and its full arguments.
+
+    The arguments are the model's choice: what would hide or reorder text where the
+    client shows the form (bidi overrides, line separators, controls) is escaped, as
+    ``toolkernel.terminal`` does, so that the user approves what they read.
+    """
+    shown = json_text(_sorted(arguments), indent=2)
+    why = "; ".join(printable(reason) for reason in reasons) or "the policy asks for approval"
+    label = printable(f"{tool} {version}" if version else tool)
     message = (
         f"toolkernel: the agent wants to run {label}, which needs your approval ({why}).\n"
         f"Arguments:\n{shown}\n"
@@ -80,23 +86,42 @@ def approval_form(
     return types.ElicitRequestFormParams(message=message, requested_schema=_FORM_SCHEMA)
 
 
+def _sorted(value: Any) -> Any:
+    """``value`` with the members of every object in key order, for the reader."""
+    if isinstance(value, Mapping):
+        return {key: _sorted(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(item) for item in value]
+    return value
+
+
 def answer_binding(tool: str, arguments: Mapping[str, Any]) -> str:
     """What an answer is bound to: this tool with exactly these arguments."""
     return sha256_of({"tool": tool, "arguments": dict(arguments)})
 
 
-def how_to_approve(tool: str) -> str:
-    """The gateway's advice when the client cannot ask its user."""
+def how_to_approve(tool: str, *, unasked: str | None = None) -> str:
+    """The gateway's advice when the client cannot ask its user, or (``unasked``, why)
+    failed to."""
+    cannot = (
+        "cannot ask its user (it did not declare the elicitation capability)"
+        if unasked is None
+        else f"could not ask its user (elicitation failed: {unasked})"
+    )
     return (
-        "This MCP client cannot ask its user (it did not declare the elicitation "
-        "capability). To allow the call, add a policy rule to toolkernel.toml "
+        f"This MCP client {cannot}. To allow the call, add a policy rule to toolkernel.toml "
         f'([[policy.rules]] tools = ["{tool}"], action = "allow") and restart '
         f"toolkernel serve, or run it once with `toolkernel call {tool} --args '…' --approve`."
     )
 
 
 class ElicitingApprover:
-    """Asks the client's user with an ``elicitation/create`` form request."""
+    """Asks the client's user with an ``elicitation/create`` form request.
+
+    When the request itself fails, nobody decided: ``unasked`` says why. The kernel
+    records the call rejected (the note says the elicitation failed); the gateway
+    tells the model APPROVAL_REQUIRED and how to approve, not that the user refused.
+    """
 
     def __init__(
         self,
@@ -107,6 +132,7 @@ class ElicitingApprover:
         self._session = session
         self._related = related_request_id
         self._token = token or CancellationToken()  # cancelled: stop waiting for the user
+        self.unasked: str | None = None
 
     async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
         form = approval_form(
@@ -119,13 +145,24 @@ class ElicitingApprover:
                 answer = await self._session.elicit_form(
                     form.message, form.requested_schema, related_request_id=self._related
                 )
-            except (MCPError, NoBackChannelError, ValidationError) as exc:
-                _log.warning("elicitation for %s failed: %s", request.tool_name, exc)
-                return ApprovalDecision(False, APPROVER_NAME, f"elicitation failed: {exc}"[:300])
+            except (MCPError, ValidationError) as exc:
+                self.unasked = _failure(exc)
+                tool = printable(request.tool_name)
+                _log.warning("elicitation for %s failed: %s", tool, self.unasked)
+                return ApprovalDecision(False, APPROVER_NAME, f"elicitation failed: {self.unasked}")
         if answer is None:
             note = "the call was cancelled" if token.cancelled else "no answer in time"
             return ApprovalDecision(False, APPROVER_NAME, note)
         return decide(answer)
+
+
+def _failure(exc: MCPError | ValidationError) -> str:
+    """Why an elicitation failed, in a few words (the ledger's note, the model's advice)."""
+    if isinstance(exc, NoBackChannelError):
+        return "no channel to the client for the request"
+    if isinstance(exc, MCPError):
+        return f"the client answered error {exc.code}"
+    return "the client's answer is no elicitation result"
 
 
 class AnsweredApprover:

@@ -75,7 +75,8 @@ def render_result(
     """The MCP form of a result: isError for anything but SUCCEEDED and PARTIAL."""
     projection = result.projection()
     meta = {PROJECTION_META: projection, RUN_META: run_id}
-    if result.status in _SUCCESS and _fits_schema(result, tool):
+    success = result.status in _SUCCESS
+    if success and _fits_schema(result, tool):
         output = result.structured_output
         lines = [result.safe_message]
         if output is not None:
@@ -88,9 +89,10 @@ def render_result(
             is_error=False,
             _meta=meta,
         )
+    message = _unfit_message(result) if success else result.safe_message
     return types.CallToolResult(
         content=[
-            types.TextContent(text=result.safe_message),
+            types.TextContent(text=message),
             types.TextContent(text=_json(projection)),
         ],
         is_error=True,
@@ -101,16 +103,37 @@ def render_result(
 def _fits_schema(result: ToolCallResult, tool: RegisteredTool | None) -> bool:
     """Whether a success can carry its output as the advertised structured content.
 
-    A SUCCEEDED output already passed the contract; a PARTIAL one was cut to fit the
+    A SUCCEEDED output passed the contract before redaction, which may break it (a
+    secret masked in a string the schema constrains); a PARTIAL one was cut to fit the
     projection budget and may no longer match. Clients reject structured content that
-    breaks the advertised schema, so such a result is shown as an error whose safe
-    message names the artifact holding the full output.
+    breaks the advertised schema, so such a result is shown as an error whose message
+    says why and names the artifact holding the full output (``_unfit_message``).
     """
     if tool is None or output_schema(tool.definition) is None:
         return True
     validator = tool.output_validator
     output = result.structured_output
     return isinstance(output, dict) and (validator is None or validator.is_valid(output))
+
+
+def _unfit_message(result: ToolCallResult) -> str:
+    """Why a success comes as an error, and where its full output is: the model would
+    otherwise read a tool that succeeded and a result that says it failed."""
+    if result.status is Status.PARTIAL:
+        changed = "cut to fit"
+    else:
+        changed = "with secrets redacted" if result.redactions else "as sent"
+    message = (
+        f"{result.safe_message} Its output {changed} no longer matches the tool's output "
+        "schema, so it comes as this error, not as structured content: it is in the "
+        "projection below."
+    )
+    unnamed = [ref.id for ref in result.artifacts if ref.id not in result.safe_message]
+    if unnamed:
+        message += (
+            f" The full output is in artifact {', '.join(unnamed)} (read it with artifact.read)."
+        )
+    return message
 
 
 def _json(value: Any) -> str:
