@@ -166,7 +166,11 @@ def test_restore_never_touches_anything_outside_and_puts_policies_back(
     snapshot = take(ws, quarantine)
     for action, parts in actions:
         path = ws.joinpath(*parts)
-        if not path.parent.resolve().is_relative_to(ws):
+        try:
+            parent = path.parent.resolve()
+        except RuntimeError:  # a symlink loop on the way: nothing can be made there
+            continue
+        if not parent.is_relative_to(ws):
             continue  # the process sees only the workspace: it cannot write out there
         try:
             if action == "remove":
