@@ -27,6 +27,7 @@ bubblewrap cannot start); every result of such a call carries ``"sandboxed": fal
 
 from __future__ import annotations
 
+import codecs
 import contextvars
 import logging
 import os
@@ -605,21 +606,24 @@ def _capture(store: ArtifactStore, path: Path, description: str, producer: str) 
     # looks for secrets in the text around it.
     redactor = store.redactor or Redactor(Path("/"))
     unused: Counter[str] = Counter()
+    # Both cuts fall between characters, and the tail starts after the head's last
+    # byte: a character cut in two would show as U+FFFD, and its rest in both.
     with path.open("rb") as handle:
         window = handle.read(PREVIEW_BYTES + _EDGE_BYTES)
         head = _text(window)
+        head_end = len(window)
         if size > PREVIEW_BYTES:
-            kept = len(_text(_cut_head(window, PREVIEW_BYTES)))
-            head = redactor.clip(head, 0, kept, unused)
+            head_end = len(_whole_characters(_cut_head(window, PREVIEW_BYTES)))
+            head = redactor.clip(head, 0, len(_text(window[:head_end])), unused)
         tail = ""
         if size > 2 * PREVIEW_BYTES:
-            handle.seek(max(size - PREVIEW_BYTES - _EDGE_BYTES, PREVIEW_BYTES))
-            data = handle.read()
+            handle.seek(max(size - PREVIEW_BYTES - _EDGE_BYTES, head_end))
+            data = _from_character_start(handle.read())
             before = _text(data)
-            kept = len(_text(_cut_tail(data, PREVIEW_BYTES)))
+            kept = len(_text(_from_character_start(_cut_tail(data, PREVIEW_BYTES))))
             tail = redactor.clip(before, len(before) - kept, len(before), unused)
         elif size > PREVIEW_BYTES:
-            handle.seek(len(_cut_head(window, PREVIEW_BYTES)))
+            handle.seek(head_end)
             tail = _text(handle.read())
     ref = store.put_file(
         path, media_type="text/plain", description=description, producer=producer, move=True
@@ -652,6 +656,22 @@ def _cut_tail(data: bytes, limit: int) -> bytes:
     cut = data[start:]
     leading = _LEADING_TOKEN.match(cut)
     return cut[leading.end() :] if leading and start > 0 else cut
+
+
+def _whole_characters(data: bytes) -> bytes:
+    """``data`` without a UTF-8 character cut in two at its end."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    decoder.decode(data)
+    pending = decoder.getstate()[0]  # the start of a character still waiting for its rest
+    return data[: len(data) - len(pending)]
+
+
+def _from_character_start(data: bytes) -> bytes:
+    """``data`` without the rest of a UTF-8 character cut in two at its start."""
+    skip = 0
+    while skip < min(3, len(data)) and data[skip] & 0xC0 == 0x80:
+        skip += 1
+    return data[skip:]
 
 
 def _text(data: bytes) -> str:

@@ -303,54 +303,85 @@ def _lines(
 ) -> tuple[dict[str, Any], tuple[int, int]]:
     """The result's fields for a line range, and the bytes it covers.
 
-    The kept lines are contiguous: only the last one can be cut short.
+    The kept lines are contiguous: only the last one can be cut short, and then the
+    fields say so (``lineCut``) and where the rest of it is (``nextByte``, byte mode),
+    and ``nextLine`` only if a line follows it.
     """
     kept: list[bytes] = []
     used = number = first = 0
     last = start - 1
-    eof = cut = False
+    eof = cut = line_cut = False
+    followed = True  # a line follows the last one kept
     while True:
         if number == start - 1:
             first = handle.tell()
-        line = _next_line(handle)
-        if line is None:
+        found = _next_line(handle)
+        if found is None:
             eof = True
             break
+        line, whole = found
         number += 1
         if number < start:
             continue
         if end is not None and number > end:
             break
-        if used + len(line) > cap:
-            if not kept:  # one line longer than the cap: its beginning, not nothing
-                kept.append(line[:cap])
-                last = number
-            cut = True
-            break
-        kept.append(line)
-        used += len(line)
-        last = number
+        if whole and used + len(line) <= cap:
+            kept.append(line)
+            used += len(line)
+            last = number
+            continue
+        if not kept:  # one line longer than the cap: its beginning, not nothing
+            kept.append(_whole_characters(line[:cap]))
+            last = number
+            line_cut = True
+            followed = bool(handle.read(1))  # past the line's end: the rest was skipped
+        cut = True
+        break
     result: dict[str, Any] = {"startLine": start, "endLine": last, "eof": eof}
-    if cut:
+    stop = first + sum(map(len, kept))
+    if line_cut:
+        result["lineCut"] = True
+        result["nextByte"] = stop
+    if cut and followed:
         result["nextLine"] = last + 1
-    return result, (first, first + sum(map(len, kept)))
+    return result, (first, stop)
 
 
-def _next_line(handle: BinaryIO) -> bytes | None:
-    """The next line; a giant line is read in bounded pieces and returned cut."""
+def _next_line(handle: BinaryIO) -> tuple[bytes, bool] | None:
+    """The next line, and whether it is whole: a line longer than `_MAX_LINE_SCAN`
+    comes back cut there (its rest read and skipped, in bounded pieces)."""
     line = handle.readline(_MAX_LINE_SCAN)
     if not line:
         return None
-    if line.endswith(b"\n"):
-        return line
-    head = line
-    while line and not line.endswith(b"\n"):  # skip the rest of an over-long line
-        line = handle.readline(_MAX_LINE_SCAN)
-    return head
+    if line.endswith(b"\n") or len(line) < _MAX_LINE_SCAN:
+        return line, True
+    rest = line
+    while rest and not rest.endswith(b"\n"):
+        rest = handle.readline(_MAX_LINE_SCAN)
+    return line, False
+
+
+def _whole_characters(data: bytes) -> bytes:
+    """``data`` without the UTF-8 character its end cuts in two, unless that is all of it."""
+    for back in range(1, min(4, len(data)) + 1):
+        lead = data[-back]
+        if lead & 0xC0 != 0x80:  # the first byte of the last character
+            needed = 1 if lead < 0xC0 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+            return data[:-back] if back < needed and back < len(data) else data
+    return data
 
 
 def _summary(data: dict[str, Any]) -> str:
-    if "startLine" in data:
+    if "lineCut" in data:
+        where = f"lines {data['startLine']}-{data['endLine']}"
+        more = (
+            f" Line {data['endLine']} was cut: read the rest of it with "
+            f"startByte={data['nextByte']} (byte mode)"
+        )
+        if "nextLine" in data:
+            more += f", the lines after it with startLine={data['nextLine']}"
+        more += "."
+    elif "startLine" in data:
         where = f"lines {data['startLine']}-{data['endLine']}"
         more = f" Continue with startLine={data['nextLine']}." if "nextLine" in data else ""
     else:

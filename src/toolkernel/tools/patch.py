@@ -9,7 +9,9 @@ Every hunk or edit is applied in memory first; only a complete result is written
 atomically (temporary file in the same directory, ``fsync``, ``rename``, keeping the
 file's mode), through the link-free directory walk of `workspace_io`. Like
 ``file.read`` it runs in-process: it executes nothing, and the walk gives the
-confinement a sandbox would. Write scope and the idempotency key are the kernel's
+confinement a sandbox would. It works in a worker thread, under the call's timeout:
+a call that times out or is cancelled before the new content is renamed into place
+leaves the file as it was. Write scope and the idempotency key are the kernel's
 (authorization, and the ledger's recorded result).
 """
 
@@ -21,6 +23,8 @@ import os
 import re
 import stat
 from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
 from typing import Annotated, Any, Final, TypedDict
 
 from annotated_types import MaxLen
@@ -34,9 +38,11 @@ from toolkernel.functions import WorkspacePath, tool
 from toolkernel.pathguard import GuardedPath, PathGuard
 from toolkernel.tools.diffs import PatchError, apply_edits, apply_unified_diff, parse_unified_diff
 from toolkernel.tools.workspace_io import (
+    Checkpoint,
     Target,
     atomic_write,
     file_hash,
+    in_worker,
     locate,
     open_dir,
     open_file,
@@ -95,35 +101,19 @@ async def file_patch(
             code=violation.code,
         )
     target = locate(ctx, path, tool=_NAME)
-    current, mode = _read_current(target)
-    _check_precondition(target, current, baseHash)
-    old_text = (current or b"").decode("utf-8", errors="surrogateescape")
-    try:
-        if diff is not None:
-            new_text, added, removed = apply_unified_diff(old_text, diff)
-        else:
-            new_text = apply_edits(old_text, [(e["search"], e["replace"]) for e in edits or []])
-            added, removed = _count_changes(old_text, new_text)
-    except PatchError as exc:
-        detail = f"The change does not apply to '{target.relative}': {exc.reason}."
-        raise _precondition(detail) from None
-    new_bytes = new_text.encode("utf-8", errors="surrogateescape")
-    if len(new_bytes) > MAX_PATCHED_BYTES:
-        raise ToolFailed(f"The patched '{target.relative}' would be too large to write.")
-    changed = current is None or new_bytes != current
-    if changed:
-        _write(target, new_bytes, mode, expected=current)
-    new_hash = "sha256:" + _sha(new_bytes)
+    change = await in_worker(ctx, partial(_patch, target, baseHash, diff, edits))
+    created = change.current is None
     data: dict[str, Any] = {
         "path": target.relative,
-        "created": current is None,
-        "changed": changed,
-        "sha256": new_hash,
-        "linesAdded": added,
-        "linesRemoved": removed,
+        "created": created,
+        "changed": change.changed,
+        "sha256": change.new_hash,
+        "linesAdded": change.added,
+        "linesRemoved": change.removed,
     }
-    verb = "Created" if current is None else ("Patched" if changed else "Left unchanged")
-    return ToolOutput(data, f"{verb} {target.relative} (+{added} -{removed}); new {new_hash}.")
+    verb = "Created" if created else ("Patched" if change.changed else "Left unchanged")
+    counts = f"+{change.added} -{change.removed}"
+    return ToolOutput(data, f"{verb} {target.relative} ({counts}); new {change.new_hash}.")
 
 
 def check_file_patch(arguments: Mapping[str, Any], guard: PathGuard | None) -> Violation | None:
@@ -152,6 +142,67 @@ def check_file_patch(arguments: Mapping[str, Any], guard: PathGuard | None) -> V
     if isinstance(checked, GuardedPath) and names - {checked.relative}:
         return _schema("diff", "its file headers must name only the patched path")
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Change:
+    """A change worked out in memory: the file as read (``None``: absent), its mode,
+    its new bytes and their hash, and the lines added and removed."""
+
+    current: bytes | None
+    mode: int
+    new: bytes
+    new_hash: str
+    added: int
+    removed: int
+
+    @property
+    def changed(self) -> bool:
+        return self.current is None or self.new != self.current
+
+
+def _patch(
+    target: Target,
+    base_hash: str | None,
+    diff: str | None,
+    edits: list[Edit] | None,
+    checkpoint: Checkpoint,
+) -> _Change:
+    """Work out the change and write it (blocking). A call that is over before the new
+    content is renamed into place leaves the file as it was."""
+    change = _plan(target, base_hash, diff, edits, checkpoint)
+    if change.changed:
+        _write(target, change.new, change.mode, expected=change.current, checkpoint=checkpoint)
+    return change
+
+
+def _plan(
+    target: Target,
+    base_hash: str | None,
+    diff: str | None,
+    edits: list[Edit] | None,
+    checkpoint: Checkpoint,
+) -> _Change:
+    """Read the file, check ``base_hash`` and apply the change in memory (blocking)."""
+    current, mode = _read_current(target)
+    _check_precondition(target, current, base_hash)
+    checkpoint()
+    old_text = (current or b"").decode("utf-8", errors="surrogateescape")
+    try:
+        if diff is not None:
+            new_text, added, removed = apply_unified_diff(
+                old_text, diff, exists=current is not None
+            )
+        else:
+            new_text = apply_edits(old_text, [(e["search"], e["replace"]) for e in edits or []])
+            added, removed = _count_changes(old_text, new_text)
+    except PatchError as exc:
+        detail = f"The change does not apply to '{target.relative}': {exc.reason}."
+        raise _precondition(detail) from None
+    new_bytes = new_text.encode("utf-8", errors="surrogateescape")
+    if len(new_bytes) > MAX_PATCHED_BYTES:
+        raise ToolFailed(f"The patched '{target.relative}' would be too large to write.")
+    return _Change(current, mode, new_bytes, "sha256:" + _sha(new_bytes), added, removed)
 
 
 def _read_current(target: Target) -> tuple[bytes | None, int]:
@@ -186,7 +237,9 @@ def _check_precondition(target: Target, current: bytes | None, base_hash: str | 
         raise _precondition(f"'{where}' has changed since it was read (baseHash does not match).")
 
 
-def _write(target: Target, data: bytes, mode: int, *, expected: bytes | None) -> None:
+def _write(
+    target: Target, data: bytes, mode: int, *, expected: bytes | None, checkpoint: Checkpoint
+) -> None:
     try:
         with open_dir(target, create=expected is None) as dir_fd:
             # Checked again on the very descriptor we write through: the window for a
@@ -201,7 +254,7 @@ def _write(target: Target, data: bytes, mode: int, *, expected: bytes | None) ->
                     raise _precondition(f"'{target.relative}' changed while it was being patched.")
             elif _exists(dir_fd, target.name):
                 raise _precondition(f"'{target.relative}' was created by someone else meanwhile.")
-            atomic_write(dir_fd, target.name, data, mode=mode)
+            atomic_write(dir_fd, target.name, data, mode=mode, checkpoint=checkpoint)
     except OSError as exc:
         raise ToolFailed(
             f"'{target.relative}' could not be written ({exc.strerror or 'I/O error'}); "
@@ -219,7 +272,8 @@ def _exists(dir_fd: int, name: str) -> bool:
 
 def _count_changes(old: str, new: str) -> tuple[int, int]:
     added = removed = 0
-    for line in difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0):
+    # Lines as diffs.py breaks them, at "\n" alone (str.splitlines breaks at form feeds).
+    for line in difflib.unified_diff(old.split("\n"), new.split("\n"), lineterm="", n=0):
         if line.startswith("+") and not line.startswith("+++"):
             added += 1
         elif line.startswith("-") and not line.startswith("---"):

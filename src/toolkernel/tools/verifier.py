@@ -47,7 +47,7 @@ from toolkernel.errors import ToolFailed
 from toolkernel.functions import WorkspacePath, tool
 from toolkernel.redaction import Redactor
 from toolkernel.tools.adapter import CommandResult, Sandbox, sandbox_for
-from toolkernel.tools.workspace_io import locate
+from toolkernel.tools.workspace_io import Target, locate, open_dir, open_file
 
 __all__ = ["ErrorEntry", "TestReport", "parse_junit", "parse_pytest_text", "verifier_run"]
 
@@ -294,7 +294,6 @@ def _junit_entry(
     clip: Callable[[str], str],
 ) -> ErrorEntry:
     classname = case.get("classname", "")
-    name = case.get("name", "")
     body = problem.text or ""
     file = case.get("file")
     line: int | None = None
@@ -310,8 +309,43 @@ def _junit_entry(
         file = _relative(file, workspace)
     message = problem.get("message") or body.strip().splitlines()[-1:] or [kind]
     text = message if isinstance(message, str) else message[0]
-    test = f"{file}::{name}" if file else f"{classname}::{name}"
-    return ErrorEntry(file, line, test, clip(text), kind)
+    return ErrorEntry(file, line, _test_id(case, workspace), clip(text), kind)
+
+
+def _test_id(case: ET.Element, workspace: Path) -> str:
+    """The test's pytest node id, from the testcase's own ``file`` or ``classname``
+    (never from the traceback, whose last frame may be the code under test), so that
+    it can be passed back to run the test again.
+
+    pytest's classname is the node id's path with dots for slashes and no ``.py``,
+    then the test's classes: the longest dotted prefix that names a file in the
+    workspace is the path.
+    """
+    classname, name = case.get("classname", ""), case.get("name", "")
+    parts = classname.split(".") if classname else []
+    own = case.get("file")
+    if own is not None:
+        module = _relative(own, workspace).removesuffix(".py").split("/")
+        if parts[: len(module)] == module:
+            return "::".join([_relative(own, workspace), *parts[len(module) :], name])
+    for cut in range(len(parts), 0, -1):
+        path = "/".join(parts[:cut]) + ".py"
+        if _is_workspace_file(workspace, path):
+            return "::".join([path, *parts[cut:], name])
+    return f"{'/'.join(parts)}.py::{name}" if parts else name
+
+
+def _is_workspace_file(workspace: Path, path: str) -> bool:
+    """Whether ``path`` is a regular file in the workspace, reached without following a
+    link: the report comes from the command, and the ids made of it must not tell the
+    model what exists outside the workspace."""
+    parts = tuple(path.split("/"))
+    try:
+        with open_dir(Target(path, parts, workspace)) as dir_fd:
+            os.close(open_file(dir_fd, parts[-1]))
+    except OSError:
+        return False
+    return True
 
 
 def _text_report(sandbox: Sandbox, result: CommandResult, redactor: Redactor | None) -> TestReport:

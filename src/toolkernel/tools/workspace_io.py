@@ -10,6 +10,10 @@ out of the workspace.
 Writes are atomic: a temporary file in the target's directory (same directory fd),
 ``fsync``, ``rename`` over the target, ``fsync`` of the directory. A failure at any
 step leaves the old file untouched and no temporary file behind.
+
+The tools' handlers are async, but reading, hashing and diffing a file is blocking
+work: `in_worker` runs it in a worker thread, so that the call's timeout and cancel
+apply and the event loop (under ``serve``, every other request) is not held up.
 """
 
 from __future__ import annotations
@@ -19,22 +23,44 @@ import hashlib
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Final
+from typing import Final, TypeVar
+
+import anyio.to_thread
 
 from toolkernel.codes import ErrorCode, safe_message
 from toolkernel.context import ToolContext
 from toolkernel.errors import ToolFailed
 from toolkernel.pathguard import PathViolation
 
-__all__ = ["HASH_PREFIX", "Target", "atomic_write", "file_hash", "locate", "open_dir", "open_file"]
+__all__ = [
+    "HASH_PREFIX",
+    "Checkpoint",
+    "Target",
+    "atomic_write",
+    "file_hash",
+    "in_worker",
+    "locate",
+    "open_dir",
+    "open_file",
+]
 
 HASH_PREFIX: Final = "sha256:"
 _CHUNK: Final = 1024 * 1024
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+Checkpoint = Callable[[], None]
+"""Called by blocking work between steps; raises once nobody waits for the work."""
+
+_T = TypeVar("_T")
+
+
+class _Abandoned(Exception):
+    """Ends work whose call is over; raised in a thread nobody waits for, so never seen."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +135,26 @@ def open_file(dir_fd: int, name: str) -> int:
     return fd
 
 
+async def in_worker(ctx: ToolContext, work: Callable[[Checkpoint], _T]) -> _T:
+    """``work(checkpoint)`` in a worker thread; its result or its exception.
+
+    At the call's deadline or cancel the call ends at once and the thread is
+    abandoned: from then on ``checkpoint`` raises in it, so work that calls it between
+    chunks stops there instead of running on to the end of a huge file.
+    """
+    over = threading.Event()
+
+    def checkpoint() -> None:
+        ctx.token.raise_if_cancelled()
+        if over.is_set():
+            raise _Abandoned
+
+    try:
+        return await anyio.to_thread.run_sync(work, checkpoint, abandon_on_cancel=True)
+    finally:
+        over.set()
+
+
 def file_hash(fd: int) -> str:
     """``sha256:<hex>`` of everything readable from ``fd``, from its current offset."""
     digest = hashlib.sha256()
@@ -117,8 +163,13 @@ def file_hash(fd: int) -> str:
     return HASH_PREFIX + digest.hexdigest()
 
 
-def atomic_write(dir_fd: int, name: str, data: bytes, *, mode: int) -> None:
+def atomic_write(
+    dir_fd: int, name: str, data: bytes, *, mode: int, checkpoint: Checkpoint | None = None
+) -> None:
     """Replace (or create) ``name`` in ``dir_fd`` with ``data`` in one rename.
+
+    ``checkpoint`` is called once the data is on disk, right before the rename: a call
+    that ended meanwhile (`in_worker`) leaves the previous file as it was.
 
     Raises:
         OSError: the write failed; the previous file (if any) is unchanged.
@@ -140,6 +191,8 @@ def atomic_write(dir_fd: int, name: str, data: bytes, *, mode: int) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+        if checkpoint is not None:
+            checkpoint()
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         with suppress(FileNotFoundError):
