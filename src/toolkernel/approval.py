@@ -56,9 +56,14 @@ class ApprovalRequest:
 
 @dataclass(frozen=True, slots=True)
 class ApprovalDecision:
+    """An approver's answer. ``asked`` is False when nobody could decide (the client
+    cannot ask its user, the approver failed): the call is then APPROVAL_REQUIRED,
+    not the user's refusal (APPROVAL_REJECTED), which tells the model not to retry."""
+
     approved: bool
     approver: str
     note: str = ""
+    asked: bool = True
 
 
 _A = TypeVar("_A")
@@ -133,14 +138,17 @@ def _is_async(approver: Approver) -> bool:
 def _checked(answer: object) -> ApprovalDecision:
     if not isinstance(answer, ApprovalDecision):
         raise TypeError("an approver must return an ApprovalDecision")
-    if type(answer.approved) is not bool:
-        raise TypeError("ApprovalDecision.approved must be True or False")
+    if type(answer.approved) is not bool or type(answer.asked) is not bool:
+        raise TypeError("ApprovalDecision.approved and .asked must be True or False")
     note = "" if answer.note is None else answer.note
     if not isinstance(answer.approver, str) or not isinstance(note, str):
         raise TypeError("ApprovalDecision.approver and .note must be strings")
     # As the ledger records them: cut, and storable whatever they hold.
     return ApprovalDecision(
-        answer.approved, utf8_text(answer.approver[:200]), utf8_text(note[:500])
+        answer.approved,
+        utf8_text(answer.approver[:200]),
+        utf8_text(note[:500]),
+        asked=answer.asked,
     )
 
 

@@ -1452,7 +1452,8 @@ class Kernel:
                 with run.asking(request.tool_call_id):
                     answer = await ask(approver, held)  # else stays the runtime's denial
         except Exception as exc:  # noqa: BLE001 - a broken approver must not approve
-            answer = ApprovalDecision(False, "error", f"approver failed: {type(exc).__name__}")
+            why = f"approver failed: {type(exc).__name__}"
+            answer = ApprovalDecision(False, "error", why, asked=False)
         except BaseException:
             # The caller was cancelled (or interrupted) while the human was asked, or
             # after the answer, while the call waited to go on: the ledger says what
@@ -1470,6 +1471,9 @@ class Kernel:
                 request.tool_call_id,
             )
         )
+        if not answer.approved and not answer.asked:  # nobody decided: it waits for one
+            message = _approval_required_message(tool.name, decision.approval_reasons)
+            return Decision(False, ErrorCode.APPROVAL_REQUIRED, message)
         if not answer.approved:
             return Decision(
                 False,

@@ -376,6 +376,9 @@ async def test_destructive_tool_needs_approval_and_a_refusal_is_recorded(kernel_
 
 
 async def test_an_approver_that_raises_does_not_approve(kernel_factory, calls):
+    """Nobody decided: the call still needs an approval (the model must not read that
+    the user refused), and the ledger says the approver failed."""
+
     def broken(_request):
         raise RuntimeError("approval service down")
 
@@ -390,8 +393,10 @@ async def test_an_approver_that_raises_does_not_approve(kernel_factory, calls):
     )
     run = kernel.start_run()
     result = await kernel.call(run, "repo.reset", {})
-    assert result.error_code is ErrorCode.APPROVAL_REJECTED
+    assert result.error_code is ErrorCode.APPROVAL_REQUIRED
     assert calls.count == {}
+    (denied,) = [e for e in kernel.ledger.events(run.id) if e.type is EventType.APPROVAL_DENIED]
+    assert denied.payload["note"] == "approver failed: RuntimeError"
 
 
 @pytest.mark.parametrize(
@@ -403,19 +408,21 @@ async def test_an_approver_that_raises_does_not_approve(kernel_factory, calls):
         (ApprovalDecision(1, "alice"), False),  # type: ignore[arg-type]
         (ApprovalDecision(True, None), False),  # type: ignore[arg-type]
         (ApprovalDecision(True, "alice", 5), False),  # type: ignore[arg-type]
+        (ApprovalDecision(False, "alice", asked="no"), False),  # type: ignore[arg-type]
     ],
 )
 async def test_an_approvers_answer_is_checked_field_by_field(
     kernel_factory, calls, answer, approved
 ):
-    # A None note once made the call raise; a truthy non-bool must not approve.
+    # A None note once made the call raise; a truthy non-bool must not approve. A
+    # malformed answer is a broken approver: nobody decided, the call awaits one.
     kernel = kernel_factory(NETWORK_ASK, approver=lambda _request: answer)
     run = kernel.start_run()
     result = await kernel.call(run, "web.fetch", {"url": "https://example.org"})
     if approved:
         assert result.status is Status.SUCCEEDED
     else:
-        assert (result.status, result.error_code) == (Status.DENIED, ErrorCode.APPROVAL_REJECTED)
+        assert (result.status, result.error_code) == (Status.DENIED, ErrorCode.APPROVAL_REQUIRED)
     kinds = {e.type for e in kernel.ledger.events(run.id)}
     assert (EventType.APPROVAL_GRANTED in kinds) is approved
     assert kernel.ledger.verify().ok
@@ -982,3 +989,19 @@ async def test_a_symlink_in_the_workspace_does_not_take_a_call_past_the_path_rul
     if rules.startswith("path_deny"):
         peek = await kernel.call(run, "file.peek", {"path": link})
         assert peek.error_code is ErrorCode.PATH_DENIED
+
+
+@pytest.mark.parametrize(
+    ("asked", "code"), [(True, ErrorCode.APPROVAL_REJECTED), (False, ErrorCode.APPROVAL_REQUIRED)]
+)
+async def test_a_refusal_by_nobody_is_approval_required_not_rejected(
+    kernel_factory, calls, asked, code
+):
+    """An approver that could not ask anyone says so (``asked=False``): the model is
+    told the call needs an approval, not that the user refused it."""
+    answer = ApprovalDecision(False, "svc", "the user could not be reached", asked=asked)
+    kernel = kernel_factory(NETWORK_ASK, approver=lambda _request: answer)
+    run = kernel.start_run()
+    result = await kernel.call(run, "web.fetch", {"url": "https://example.org"})
+    assert (result.status, result.error_code) == (Status.DENIED, code)
+    assert "web.fetch" not in calls.count

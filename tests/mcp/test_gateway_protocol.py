@@ -248,6 +248,12 @@ def test_a_failed_elicitation_is_approval_required_not_a_users_refusal(served: P
             if e.type is EventType.APPROVAL_DENIED
         ]
         assert denied == "elicitation failed: the client answered error -32601"
+        (recorded,) = [
+            e.payload["result"]
+            for e in ledger_events(served, listed.meta[RUN_META])
+            if e.type is EventType.TOOL_CALL_RESULT
+        ]
+        assert recorded["errorCode"] == ErrorCode.APPROVAL_REQUIRED  # the ledger agrees
 
     anyio.run(main)
 
@@ -265,6 +271,7 @@ def test_an_elicitation_answered_with_no_result_asks_nobody() -> None:
     held = ApprovalRequest("run_1", "call_1", "demo.tool", "1.0", {"a": 1}, ("held",))
     decision = anyio.run(approver, held)
     assert decision.approved is False
+    assert decision.asked is False
     assert approver.unasked is not None  # the gateway says how to approve
     assert decision.note.startswith("elicitation failed: ")
     assert len(decision.note) <= 80  # no validation error dumped into the ledger

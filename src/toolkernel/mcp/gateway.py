@@ -337,8 +337,8 @@ def _with_how_to_approve(
     result: ToolCallResult, approver: Approver | None, tool: str
 ) -> ToolCallResult:
     """``result`` saying how to approve the call when nobody could be asked about it:
-    the client cannot ask its user, or its elicitation failed (which the kernel records
-    as the approver's rejection: the model must not read that the user refused)."""
+    the client cannot ask its user, or its elicitation failed (APPROVAL_REQUIRED in
+    the ledger too: the model must not read that the user refused)."""
     if result.status is not Status.DENIED:
         return result
     if approver is None and result.error_code is ErrorCode.APPROVAL_REQUIRED:
@@ -346,7 +346,7 @@ def _with_how_to_approve(
     elif (
         isinstance(approver, ElicitingApprover)
         and approver.unasked is not None
-        and result.error_code is ErrorCode.APPROVAL_REJECTED
+        and result.error_code is ErrorCode.APPROVAL_REQUIRED
     ):
         how = how_to_approve(tool, unasked=approver.unasked)
     else:

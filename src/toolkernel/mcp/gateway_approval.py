@@ -149,7 +149,8 @@ class ElicitingApprover:
                 self.unasked = _failure(exc)
                 tool = printable(request.tool_name)
                 _log.warning("elicitation for %s failed: %s", tool, self.unasked)
-                return ApprovalDecision(False, APPROVER_NAME, f"elicitation failed: {self.unasked}")
+                note = f"elicitation failed: {self.unasked}"
+                return ApprovalDecision(False, APPROVER_NAME, note, asked=False)
         if answer is None:
             note = "the call was cancelled" if token.cancelled else "no answer in time"
             return ApprovalDecision(False, APPROVER_NAME, note)
