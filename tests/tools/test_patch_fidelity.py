@@ -40,18 +40,8 @@ SPLITLINES_BREAKS = "\f\v\x1c\x1d\x1e\x85\u2028\u2029"
 
 
 @pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
-def kernel(ws: Path):
-    kernel = make_kernel(ws, CONFIG, workspace_tools=False)
-    assert install(kernel) is not None
-    yield kernel
-    kernel.close()
+def kernel(ws: Path, tools_kernel):
+    return tools_kernel(ws, CONFIG)
 
 
 def sha(data: bytes) -> str:

@@ -37,18 +37,8 @@ PASSWORD = "S3cr3t-P4ss-2024-Vx9-long-passphrase"
 
 
 @pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
-def kernel(ws: Path):
-    kernel = make_kernel(ws, CONFIG, workspace_tools=False)
-    assert install(kernel) is not None
-    yield kernel
-    kernel.close()
+def kernel(ws: Path, tools_kernel):
+    return tools_kernel(ws, CONFIG)
 
 
 async def read(kernel, **arguments: Any) -> dict[str, Any]:
