@@ -18,6 +18,7 @@ import anyio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tool_support import call_while_stuck, with_timeout
 
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.testing import make_kernel
@@ -293,7 +294,9 @@ def test_a_file_with_its_own_line_ending_keeps_it_whatever_the_diff_uses():
     assert applied == "a\nc\nb\n"
 
 
-async def test_a_patch_stuck_in_its_work_times_out_and_leaves_the_loop_free(ws, monkeypatch):
+async def test_a_patch_stuck_in_its_work_times_out_and_leaves_the_loop_free(
+    ws, monkeypatch, tools_kernel
+):
     """Reading and applying ran on the event loop: the 20 s timeout never fired (a stale
     hunk against 300,000 lines ended FAILED after 59 s) and every other call waited."""
     entered, release = threading.Event(), threading.Event()
@@ -307,30 +310,11 @@ async def test_a_patch_stuck_in_its_work_times_out_and_leaves_the_loop_free(ws, 
     monkeypatch.setattr(patch_module, "_read_current", stuck_read)
     original = b"a\n"
     (ws / "f.txt").write_bytes(original)
-    quick = dataclasses.replace(
-        patch_module.file_patch,
-        definition=dataclasses.replace(patch_module.file_patch.definition, timeout_ms=1_000),
+    quick = with_timeout(patch_module.file_patch, 1_000)
+    kernel = tools_kernel(ws, CONFIG, first=[quick])
+    result, ticks_while_stuck = await call_while_stuck(
+        lambda: patch(kernel, "f.txt", "@@ -1 +1 @@\n-a\n+b\n", original), entered, release
     )
-    kernel = make_kernel(ws, CONFIG, workspace_tools=False)
-    kernel.register(quick)
-    assert install(kernel) is not None
-    ticks_while_stuck = 0
-
-    async def heartbeat() -> None:
-        nonlocal ticks_while_stuck
-        while True:
-            await anyio.sleep(0.01)
-            ticks_while_stuck += entered.is_set() and not release.is_set()
-
-    try:
-        with anyio.fail_after(10):
-            async with anyio.create_task_group() as group:
-                group.start_soon(heartbeat)
-                result = await patch(kernel, "f.txt", "@@ -1 +1 @@\n-a\n+b\n", original)
-                group.cancel_scope.cancel()
-    finally:
-        release.set()
-        kernel.close()
 
     assert (result.status, result.error_code) == (Status.TIMED_OUT, ErrorCode.TIMEOUT)
     assert ticks_while_stuck > 0

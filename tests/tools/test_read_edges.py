@@ -3,7 +3,6 @@ deadline; artifact.read's long lines; shell.run's previews; verifier.run's test 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import threading
 from collections import Counter
@@ -12,6 +11,7 @@ from typing import Any
 
 import anyio
 import pytest
+from tool_support import call_while_stuck, with_timeout
 
 from toolkernel.artifacts import ArtifactStore
 from toolkernel.cancel import CancellationToken
@@ -132,7 +132,9 @@ async def test_a_file_file_patch_can_change_still_gets_its_hash_and_line_count(k
     assert out["sha256"] == "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-async def test_a_read_stuck_in_its_work_times_out_and_leaves_the_loop_free(ws, monkeypatch):
+async def test_a_read_stuck_in_its_work_times_out_and_leaves_the_loop_free(
+    ws, monkeypatch, tools_kernel
+):
     """The handler read on the event loop: its timeout never fired, and nothing else ran."""
     entered, release = threading.Event(), threading.Event()
     real_open = files.open_file
@@ -144,30 +146,10 @@ async def test_a_read_stuck_in_its_work_times_out_and_leaves_the_loop_free(ws, m
 
     monkeypatch.setattr(files, "open_file", stuck_open)
     (ws / "f.txt").write_text("a\n")
-    quick = dataclasses.replace(
-        files.file_read,
-        definition=dataclasses.replace(files.file_read.definition, timeout_ms=1_000),
+    kernel = tools_kernel(ws, CONFIG, first=[with_timeout(files.file_read, 1_000)])
+    result, ticks_while_stuck = await call_while_stuck(
+        lambda: kernel.call(kernel.start_run(), "file.read", {"path": "f.txt"}), entered, release
     )
-    kernel = make_kernel(ws, CONFIG, workspace_tools=False)
-    kernel.register(quick)
-    assert install(kernel) is not None
-    ticks_while_stuck = 0
-
-    async def heartbeat() -> None:
-        nonlocal ticks_while_stuck
-        while True:
-            await anyio.sleep(0.01)
-            ticks_while_stuck += entered.is_set() and not release.is_set()
-
-    try:
-        with anyio.fail_after(10):
-            async with anyio.create_task_group() as group:
-                group.start_soon(heartbeat)
-                result = await kernel.call(kernel.start_run(), "file.read", {"path": "f.txt"})
-                group.cancel_scope.cancel()
-    finally:
-        release.set()
-        kernel.close()
 
     assert (result.status, result.error_code) == (Status.TIMED_OUT, ErrorCode.TIMEOUT)
     assert ticks_while_stuck > 0
