@@ -1270,30 +1270,20 @@ class Kernel:
     def _share(
         self, dup: _Duplicate, shared: ToolCallResult | None, journal: _Journal
     ) -> ToolCallResult:
+        """The original's result, under the duplicate's id; its own CANCELLED when it
+        was cancelled while it waited (it shares nothing then)."""
+        call_id, name = dup.request.tool_call_id, dup.request.tool_name
+        shared_with = None
         if dup.cancelled is not None:
-            result = ToolCallResult.from_code(
-                dup.request.tool_call_id, dup.cancelled, tool=dup.request.tool_name
-            )
-            payload = _result_payload(dup.request, result, dup.request.tool_version)
-            journal.write(
-                [
-                    NewEvent(
-                        EventType.TOOL_CALL_RESULT, payload, dup.request.tool_call_id, plain=True
-                    )
-                ]
-            )
-            self._finished(dup.request, result, dup.request.tool_version)
-            return result
-        if shared is None:
-            shared = ToolCallResult.from_code(
-                dup.request.tool_call_id, ErrorCode.INTERNAL_ERROR, tool=dup.request.tool_name
-            )
-        result = shared.with_(tool_call_id=dup.request.tool_call_id)
+            result = ToolCallResult.from_code(call_id, dup.cancelled, tool=name)
+        else:
+            if shared is None:
+                shared = ToolCallResult.from_code(call_id, ErrorCode.INTERNAL_ERROR, tool=name)
+            result, shared_with = shared.with_(tool_call_id=call_id), shared.tool_call_id
         payload = _result_payload(dup.request, result, dup.request.tool_version)
-        payload["sharedWith"] = shared.tool_call_id
-        journal.write(
-            [NewEvent(EventType.TOOL_CALL_RESULT, payload, dup.request.tool_call_id, plain=True)]
-        )
+        if shared_with is not None:
+            payload["sharedWith"] = shared_with
+        journal.write([NewEvent(EventType.TOOL_CALL_RESULT, payload, call_id, plain=True)])
         self._finished(dup.request, result, dup.request.tool_version)
         return result
 
