@@ -184,13 +184,13 @@ def from_mapping(
             raise ConfigError(f"{label}: key '{_cut(key)}': unknown key")
         # The message quotes the value (a 1e300 written out in 301 digits): its middle goes.
         raise ConfigError(f"{label}: key '{_cut(key) or '(root)'}': {_cut(error.message, 160)}")
-    data = _workspace_globs(data, label)
     where = f"{label}: key "
     if workspace is not None:
         root = _directory(workspace, "workspace: ")
     else:
         named = f"{where}'workspace': "
         root = _directory(_resolve(base, data.get("workspace", "."), named), named)
+    data = _workspace_globs(data, label, root)
     state_dir = _resolve(root, data.get("state_dir", STATE_DIRNAME), f"{where}'state_dir': ")
     ledger = data.get("ledger", {})
     ledger_path = (
@@ -273,7 +273,7 @@ _GLOB_KEYS: Final = (
 )
 
 
-def _workspace_globs(data: Mapping[str, Any], label: str) -> dict[str, Any]:
+def _workspace_globs(data: Mapping[str, Any], label: str, workspace: Path) -> dict[str, Any]:
     """``data`` with every glob list checked and spelt as ``workspace_pattern`` has it:
     the guard, the policy and ripgrep all match the pattern as the file meant it."""
     normalized = dict(data)
@@ -283,7 +283,7 @@ def _workspace_globs(data: Mapping[str, Any], label: str) -> dict[str, Any]:
         if keys[-1] in holder:
             named = ".".join(keys)
             holder[keys[-1]] = [
-                _workspace_glob(pattern, f"{label}: key '{named}.{index}'")
+                _workspace_glob(pattern, f"{label}: key '{named}.{index}'", workspace)
                 for index, pattern in enumerate(holder[keys[-1]])
             ]
     if policy:
@@ -291,10 +291,10 @@ def _workspace_globs(data: Mapping[str, Any], label: str) -> dict[str, Any]:
     return normalized
 
 
-def _workspace_glob(pattern: str, where: str) -> str:
+def _workspace_glob(pattern: str, where: str, workspace: Path) -> str:
     where = f"{where}: {printable(pattern)[:80]!r}"
     try:
-        normalized = workspace_pattern(pattern)
+        normalized = workspace_pattern(pattern, str(workspace))
     except UsageError as exc:
         raise ConfigError(f"{where} is not a workspace pattern ({exc})") from exc
     try:

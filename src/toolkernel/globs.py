@@ -86,30 +86,29 @@ def compile_globs(patterns: Iterable[str]) -> GlobSet:
     return GlobSet(patterns=kept, _regex=regex, _matches_root=matches_root)
 
 
-def workspace_pattern(pattern: str) -> str:
+def workspace_pattern(pattern: str, workspace: str | None = None) -> str:
     """A configured pattern in the one spelling the guard and ripgrep read alike.
 
     Written paths may say ``./secrets/**`` or ``a//b``, which no normalized path the
     guard checks (and no path ripgrep reports) ever spells out: such a pattern would be
     accepted and never match. ``.`` segments and repeated ``/`` go; a pattern that had a
-    ``/`` inside stays anchored at the workspace root (``./build`` becomes ``/build``,
-    not ``build``, which would match at any depth). A trailing ``/`` goes too: these
-    globs read ``secrets/`` as ``secrets``, ripgrep as directories only, and would
-    show a file named ``secrets`` that the guard forbids.
+    ``/`` inside, or a leading one (as in ``.gitignore``), stays anchored at the
+    workspace root (``./build`` becomes ``/build``, not ``build``, which would match at
+    any depth). A host path inside ``workspace`` (``/home/me/proj/secrets/**``) is read
+    as its path in the workspace. A trailing ``/`` goes too: these globs read
+    ``secrets/`` as ``secrets``, ripgrep as directories only, and would show a file
+    named ``secrets`` that the guard forbids.
 
     Raises:
-        UsageError: the pattern starts with ``/`` (it looks like a host path, which no
-            workspace-relative path matches), has a ``..`` segment (no path in the
-            workspace has one), or names only the workspace root (``.``).
+        UsageError: the pattern has a ``..`` segment (no path in the workspace has one)
+            or names only the workspace root (``.``).
     """
     body = pattern.strip()
     if not body:
         raise UsageError(f"empty glob pattern: {pattern!r}")
-    if body.startswith("/"):
-        raise UsageError(
-            "patterns are relative to the workspace, not absolute: write './name' to "
-            "anchor a name at the workspace root"
-        )
+    root = workspace.rstrip("/") if workspace else None
+    if root and (body == root or body.startswith(root + "/")):
+        body = "/" + body[len(root) :].lstrip("/")
     anchored = "/" in body.rstrip("/")
     segments = [segment for segment in body.split("/") if segment not in _ROOT]
     if ".." in segments:
