@@ -464,7 +464,8 @@ async def test_the_lint_reads_a_bounded_amount_of_a_servers_whole_listing(worksp
         assert "tools/list" in reason["message"]
 
 
-def test_closing_a_listed_schema_keeps_the_properties_of_its_top_level_branches():
+@pytest.mark.parametrize("by_ref", [False, True])
+def test_closing_a_listed_schema_keeps_the_properties_of_its_top_level_branches(by_ref):
     """'At least one of title or body': closed naively, no call could pass."""
     from toolkernel.mcp.bridge import admit_tool
     from toolkernel.registry import Registry
@@ -482,6 +483,10 @@ def test_closing_a_listed_schema_keeps_the_properties_of_its_top_level_branches(
             ],
         },
     }
+    if by_ref:  # the branches as local definitions, as generated schemas often have them
+        schema = tool["inputSchema"]
+        schema["$defs"] = {"Title": schema["anyOf"][0], "Body": schema["anyOf"][1]}
+        schema["anyOf"] = [{"$ref": "#/$defs/Title"}, {"$ref": "#/$defs/Body"}]
     admission = admit_tool(ServerConfig(name="fx", command=("true",)), tool)
     assert admission.definition is not None, admission.reasons
     registered = Registry().register(admission.definition, handler=lambda **_: None)

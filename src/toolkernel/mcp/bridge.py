@@ -410,15 +410,28 @@ def _closed(schema: Any) -> tuple[Any, bool]:
 
 
 def _branch_properties(schema: Mapping[str, Any]) -> dict[str, Any]:
-    """The names of the properties the top-level combinators' branches declare."""
+    """The names of the properties the top-level combinators' branches declare, in
+    the branch or in the local definition it refers to (``{"$ref": "#/$defs/X"}``)."""
     names: dict[str, Any] = {}
     for keyword in ("anyOf", "oneOf", "allOf"):
         branches = schema.get(keyword)
         for branch in branches if isinstance(branches, list) else ():
+            branch = _local_target(schema, branch)
             properties = branch.get("properties") if isinstance(branch, Mapping) else None
             if isinstance(properties, Mapping):
                 names.update((name, {}) for name in properties if isinstance(name, str))
     return names
+
+
+def _local_target(schema: Mapping[str, Any], branch: Any) -> Any:
+    """What a branch's ``$ref`` to ``#/$defs/X`` (or ``#/definitions/X``) names, else
+    the branch itself."""
+    ref = branch.get("$ref") if isinstance(branch, Mapping) else None
+    for prefix, key in (("#/$defs/", "$defs"), ("#/definitions/", "definitions")):
+        defs = schema.get(key)
+        if isinstance(ref, str) and ref.startswith(prefix) and isinstance(defs, Mapping):
+            return defs.get(ref.removeprefix(prefix), branch)
+    return branch
 
 
 def _risk(server: ServerConfig, hints: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
