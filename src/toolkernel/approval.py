@@ -7,19 +7,14 @@ APPROVAL_REQUIRED and a message that says how to approve it.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import sys
-import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TextIO, TypeVar
-
-import anyio
-import anyio.from_thread
-import anyio.lowlevel
+from typing import Any, Final, TextIO
 
 from toolkernel.canonical import utf8_text
+from toolkernel.daemon import in_daemon_thread
 from toolkernel.terminal import json_text, printable
 
 __all__ = [
@@ -66,8 +61,7 @@ class ApprovalDecision:
     asked: bool = True
 
 
-_A = TypeVar("_A")
-_R = TypeVar("_R")
+_THREAD: Final = "toolkernel-approver"
 
 Approver = Callable[[ApprovalRequest], "ApprovalDecision | Awaitable[ApprovalDecision]"]
 
@@ -97,37 +91,10 @@ async def ask(approver: Approver, request: ApprovalRequest) -> ApprovalDecision:
     if _is_async(approver) or getattr(approver, "inline", False):
         answer = approver(request)
     else:
-        answer = await _in_daemon_thread(approver, request)
+        answer = await in_daemon_thread(approver, request, name=_THREAD)
     if inspect.isawaitable(answer):
         answer = await answer
     return _checked(answer)
-
-
-async def _in_daemon_thread(function: Callable[[_A], _R], argument: _A) -> _R:
-    """``function(argument)`` in a daemon thread, awaited; a cancel abandons the thread.
-
-    anyio's worker threads are not daemons: one blocked in ``readline`` at a prompt
-    would hold the process open after a cancel or Ctrl-C until someone pressed Enter.
-    """
-    token = anyio.lowlevel.current_token()
-    answered = anyio.Event()
-    outcome: list[_R] = []
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            outcome.append(function(argument))
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
-            failure.append(exc)
-        finally:
-            with contextlib.suppress(Exception):  # the loop is gone: nobody waits
-                anyio.from_thread.run_sync(answered.set, token=token)
-
-    threading.Thread(target=run, name="toolkernel-approver", daemon=True).start()
-    await answered.wait()
-    if failure:
-        raise failure[0]
-    return outcome[0]
 
 
 def _is_async(approver: Approver) -> bool:
@@ -160,7 +127,7 @@ class TerminalApprover:
         self._err = stderr or sys.stderr
 
     async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
-        return await _in_daemon_thread(self._prompt, request)
+        return await in_daemon_thread(self._prompt, request, name=_THREAD)
 
     def _prompt(self, request: ApprovalRequest) -> ApprovalDecision:
         # The arguments are the model's choice, and a name, a version or a reason can

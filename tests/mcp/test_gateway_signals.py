@@ -9,6 +9,7 @@ the test holds open until the server has exited.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -287,3 +288,44 @@ def test_a_second_signal_kills_a_bridged_server_that_ignores_the_first(
     )
     verified = verify_ledger(workspace)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_sigterm_stops_a_server_whose_client_stopped_reading(tmp_path: Path) -> None:
+    """Answers fill the stdout pipe of a client that never reads: the write blocks for
+    good, and must not keep SIGTERM from stopping the server."""
+    import time
+
+    from gateway_harness import stdio_params
+
+    params = stdio_params(make_workspace(tmp_path / "ws"))
+    process = subprocess.Popen(
+        [params.command, *params.args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **(params.env or {})},
+        cwd=params.cwd,
+    )
+    assert process.stdin is not None
+    lines = [json.dumps(message) for message in RAW_HANDSHAKE]
+    lines += [
+        json.dumps({"jsonrpc": "2.0", "id": n, "method": "tools/list"}) for n in range(2, 400)
+    ]
+    os.set_blocking(process.stdin.fileno(), False)
+    try:
+        process.stdin.write(("\n".join(lines) + "\n").encode())
+        process.stdin.flush()
+    except BlockingIOError:
+        pass  # the server stopped reading too: enough is queued
+    try:
+        time.sleep(3)  # the answers fill the pipe nobody reads
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=WAIT_S) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        assert process.stdout is not None
+        process.stdout.close()
+        with contextlib.suppress(OSError):  # what is left unwritten has nowhere to go
+            process.stdin.close()

@@ -73,6 +73,7 @@ from toolkernel.approval import Approver
 from toolkernel.calls import ToolCallResult, new_id
 from toolkernel.cancel import CancellationToken
 from toolkernel.codes import CATALOG, ErrorCode, Status, safe_field, safe_message
+from toolkernel.daemon import in_daemon_thread
 from toolkernel.definition import ExecutionMode
 from toolkernel.errors import LedgerError, UsageError
 from toolkernel.kernel import Kernel
@@ -758,7 +759,9 @@ class _StdioTransport:
     async def _write(self) -> None:
         async with self._answers:
             async for item in self._answers:
-                await anyio.to_thread.run_sync(self._put, _wire_line(item.message))
+                # A daemon thread: a client that stops reading leaves it blocked in
+                # write(), which must not keep SIGTERM from stopping the server.
+                await in_daemon_thread(self._put, _wire_line(item.message), name="stdout")
                 if isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError):
                     self._unanswered.discard(item.message.id)
                     self._answer_written.set()
