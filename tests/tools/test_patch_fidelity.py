@@ -357,3 +357,26 @@ async def test_a_deadline_passing_while_the_file_is_written_leaves_it_as_it_was(
     assert finished.wait(5)
     assert (ws / "f.txt").read_bytes() == original
     assert sorted(p.name for p in ws.iterdir() if p.name.endswith(".tmp")) == []
+
+
+async def test_a_deadline_passing_after_the_rename_is_the_patch_done(ws, monkeypatch, tools_kernel):
+    """Once the new file is renamed into place the patch has happened: a deadline that
+    passes while the directory is synced must not report TIMED_OUT for a changed file."""
+    import os
+    import stat
+    import time
+
+    real_fsync = os.fsync
+
+    def slow_directory_fsync(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            time.sleep(1.5)  # a slow journal commit, past the call's deadline
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_directory_fsync)
+    original = b"a\n"
+    (ws / "f.txt").write_bytes(original)
+    kernel = tools_kernel(ws, CONFIG, first=[with_timeout(patch_module.file_patch, 1_000)])
+    result = await patch(kernel, "f.txt", "@@ -1 +1 @@\n-a\n+b\n", original)
+    assert result.status is Status.SUCCEEDED
+    assert (ws / "f.txt").read_bytes() == b"b\n"

@@ -27,11 +27,13 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path, PurePosixPath
-from typing import Final, TypeVar
+from typing import Final, NoReturn, TypeVar
 
 import anyio.to_thread
 
+from toolkernel.cancel import CancellationToken
 from toolkernel.codes import ErrorCode, safe_message
 from toolkernel.context import ToolContext
 from toolkernel.errors import ToolFailed
@@ -53,14 +55,43 @@ HASH_PREFIX: Final = "sha256:"
 _CHUNK: Final = 1024 * 1024
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
-Checkpoint = Callable[[], None]
-"""Called by blocking work between steps; raises once nobody waits for the work."""
-
 _T = TypeVar("_T")
 
 
 class _Abandoned(Exception):
     """Ends work whose call is over; raised in a thread nobody waits for, so never seen."""
+
+
+class Checkpoint:
+    """Called by blocking work between steps; raises once nobody waits for the work.
+
+    ``commit`` is the last check before a step that cannot be taken back (the rename
+    that replaces a file): once it passed, the call waits for the work to end and its
+    outcome is the call's, even past the deadline, rather than reporting TIMED_OUT
+    for a file it changed.
+    """
+
+    def __init__(self, token: CancellationToken) -> None:
+        self._token = token
+        self._lock = threading.Lock()
+        self._over = False
+        self.committed = False
+
+    def __call__(self) -> None:
+        self._token.raise_if_cancelled()
+        if self._over:
+            raise _Abandoned
+
+    def commit(self) -> None:
+        with self._lock:
+            self()
+            self.committed = True
+
+    def abandon(self) -> bool:
+        """Nobody waits for the work from now, unless it committed: whether it did."""
+        with self._lock:
+            self._over = True
+            return self.committed
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,19 +171,37 @@ async def in_worker(ctx: ToolContext, work: Callable[[Checkpoint], _T]) -> _T:
 
     At the call's deadline or cancel the call ends at once and the thread is
     abandoned: from then on ``checkpoint`` raises in it, so work that calls it between
-    chunks stops there instead of running on to the end of a huge file.
+    chunks stops there instead of running on to the end of a huge file. Work past its
+    ``checkpoint.commit()`` is waited for instead: what it changed is the call's result.
     """
-    over = threading.Event()
+    checkpoint = Checkpoint(ctx.token)
+    finished = threading.Event()
+    ended: list[Callable[[], _T]] = []  # how the work ended, for a wait past the deadline
 
-    def checkpoint() -> None:
-        ctx.token.raise_if_cancelled()
-        if over.is_set():
-            raise _Abandoned
+    def run() -> _T:
+        try:
+            result = work(checkpoint)
+        except BaseException as exc:
+            ended.append(partial(_reraise, exc))
+            raise
+        else:
+            ended.append(lambda: result)
+            return result
+        finally:
+            finished.set()
 
     try:
-        return await anyio.to_thread.run_sync(work, checkpoint, abandon_on_cancel=True)
-    finally:
-        over.set()
+        return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+    except anyio.get_cancelled_exc_class():
+        if not checkpoint.abandon():
+            raise
+    with anyio.CancelScope(shield=True):  # the deadline has passed: this wait is short
+        await anyio.to_thread.run_sync(finished.wait)
+    return ended[0]()
+
+
+def _reraise(exc: BaseException) -> NoReturn:
+    raise exc
 
 
 def file_hash(fd: int) -> str:
@@ -168,8 +217,9 @@ def atomic_write(
 ) -> None:
     """Replace (or create) ``name`` in ``dir_fd`` with ``data`` in one rename.
 
-    ``checkpoint`` is called once the data is on disk, right before the rename: a call
-    that ended meanwhile (`in_worker`) leaves the previous file as it was.
+    ``checkpoint`` commits once the data is on disk, right before the rename: a call
+    that ended meanwhile (`in_worker`) leaves the previous file as it was, and one that
+    ends after waits for the rename to be done.
 
     Raises:
         OSError: the write failed; the previous file (if any) is unchanged.
@@ -192,7 +242,7 @@ def atomic_write(
         finally:
             os.close(fd)
         if checkpoint is not None:
-            checkpoint()
+            checkpoint.commit()
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         with suppress(FileNotFoundError):
