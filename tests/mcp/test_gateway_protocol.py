@@ -343,3 +343,20 @@ async def test_a_server_that_lists_the_same_tools_again_changes_no_tool(workspac
             assert report.accepted
             assert [tool.definition for tool in kernel.registry.latest()] == listed
     kernel.close()
+
+
+def test_a_line_over_the_request_limit_is_refused_unread_and_serving_goes_on(
+    tmp_path: Path,
+) -> None:
+    """A client cannot make the gateway hold a line of gigabytes (nor scan it on the
+    event loop): past four times the argument cap it is read past and refused."""
+    from gateway_harness import CONFIG
+
+    workspace = make_workspace(tmp_path / "ws", "max_argument_bytes = 1024\n" + CONFIG)
+    huge = request(2, "tools/call", {"name": "memory.read", "arguments": {"x": "[" * 300_000}})
+    answered = anyio.run(lambda: exchange(workspace, raw(huge, request(3, "ping")), last=3))
+    refused = [m for m in answered if m.get("id") is None and "error" in m]
+    assert [m["error"]["code"] for m in refused] == [types.INVALID_REQUEST]
+    assert "longer than 69,632 bytes" in refused[0]["error"]["message"]
+    assert 2 not in answers(answered)  # never read as a request
+    assert answers(answered)[3]["result"] == {}

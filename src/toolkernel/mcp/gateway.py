@@ -622,7 +622,10 @@ async def _serve_stdio(server: Server[Any], gateway: Gateway) -> None:
     with _claimed_stdio() as (wire_in, wire_out):
         # The end of stdin is the client going away: its calls still running are cancelled.
         transport = _StdioTransport(
-            wire_in, wire_out, on_end=lambda: gateway.cancel_calls(ErrorCode.USER_CANCELLED)
+            wire_in,
+            wire_out,
+            on_end=lambda: gateway.cancel_calls(ErrorCode.USER_CANCELLED),
+            max_line=_max_request_bytes(gateway.kernel.config.max_argument_bytes),
         )
         try:
             await transport.serve(server)
@@ -674,11 +677,17 @@ class _StdioTransport:
     """
 
     def __init__(
-        self, wire_in: BinaryIO, wire_out: BinaryIO, *, on_end: Callable[[], None]
+        self,
+        wire_in: BinaryIO,
+        wire_out: BinaryIO,
+        *,
+        on_end: Callable[[], None],
+        max_line: int,
     ) -> None:
         self._in = wire_in
         self._out = wire_out
         self._on_end = on_end
+        self._max_line = max_line
         self._send_answer, self._answers = anyio.create_memory_object_stream[SessionMessage]()
         self._send_request, self._requests = anyio.create_memory_object_stream[
             SessionMessage | Exception
@@ -702,12 +711,19 @@ class _StdioTransport:
         send_line, lines = anyio.create_memory_object_stream[bytes]()
         token = anyio.lowlevel.current_token()
         reader = threading.Thread(
-            target=_read_stdin, args=(self._in, send_line, token), name="stdin", daemon=True
+            target=_read_stdin,
+            args=(self._in, send_line, token, self._max_line),
+            name="stdin",
+            daemon=True,
         )
         reader.start()
         async with self._send_request, self._send_refusal, lines:
             with suppress(anyio.BrokenResourceError):  # the server stopped reading
                 async for line in lines:
+                    if line is _TOO_LONG:
+                        too_long = f"Invalid Request: longer than {self._max_line:,} bytes"
+                        await self._refuse("", _error_answer(None, types.INVALID_REQUEST, too_long))
+                        continue
                     await self._take(line.decode("utf-8", errors="replace"))
                 await self._drain()
 
@@ -777,10 +793,14 @@ still running are cancelled then: only a tool that ignores its cancellation take
 
 
 def _read_stdin(
-    wire: BinaryIO, lines: MemoryObjectSendStream[bytes], token: anyio.lowlevel.EventLoopToken
+    wire: BinaryIO,
+    lines: MemoryObjectSendStream[bytes],
+    token: anyio.lowlevel.EventLoopToken,
+    max_line: int,
 ) -> None:
     """A daemon thread's work: stdin's lines, split at "\\n" alone (a binary file's
-    lines), into ``lines``.
+    lines), into ``lines``; a line longer than ``max_line`` is read past, not kept,
+    and stands as ``_TOO_LONG`` (a client cannot make the server hold gigabytes).
 
     In an anyio worker thread, a cancellation would wait for it and the interpreter
     join it at exit: while the client kept stdin open, SIGTERM could not stop the
@@ -790,10 +810,29 @@ def _read_stdin(
     # RuntimeError: the loop has finished; the others: it stopped taking lines.
     with suppress(RuntimeError, CancelledError, anyio.BrokenResourceError, OSError):
         try:
-            for line in wire:
+            while line := wire.readline(max_line + 1):
+                if len(line) > max_line:
+                    _skip_line(wire, line)
+                    line = _TOO_LONG
                 anyio.from_thread.run(lines.send, line, token=token)
         finally:  # stdin closed (or broke): the session ends
             anyio.from_thread.run_sync(lines.close, token=token)
+
+
+_TOO_LONG: Final = b"<a line over the limit>"  # compared by identity
+_SKIP_CHUNK: Final = 1024 * 1024
+
+
+def _skip_line(wire: BinaryIO, read: bytes) -> None:
+    """Read past the rest of a line of which ``read`` was the start."""
+    while read and not read.endswith(b"\n"):
+        read = wire.readline(_SKIP_CHUNK)
+
+
+def _max_request_bytes(max_argument_bytes: int) -> int:
+    """The longest request the gateway reads: a call's arguments at their cap, four
+    times over for JSON escapes, and room for the rest of the message."""
+    return 4 * max_argument_bytes + 64 * 1024
 
 
 def _wire_line(message: types.JSONRPCMessage) -> bytes:
@@ -974,7 +1013,7 @@ async def _serve_http(server: Server[Any], listen: _Listen, stop: _Stop) -> None
         # Room for the largest arguments the kernel takes, escaped, and the envelope:
         # the SDK keeps a session's last message while it idles, so its default (4 MiB)
         # let a client pin 100 MiB a session with bodies the kernel refuses anyway.
-        max_request_body_size=4 * stop.gateway.kernel.config.max_argument_bytes + 64 * 1024,
+        max_request_body_size=_max_request_bytes(stop.gateway.kernel.config.max_argument_bytes),
     )
     guarded = _allowed(host, bound, hosts=listen.hosts, origins=listen.origins).guard(app)
     # Tests and scripts wait for this line to learn the port (``--port 0`` picks one).
