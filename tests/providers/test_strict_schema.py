@@ -142,6 +142,31 @@ def test_one_of_becomes_any_of_and_prefix_items_become_any_of_items() -> None:
     assert props["point"]["items"] == {"anyOf": [{"type": "number"}, {"type": "string"}]}
 
 
+@pytest.mark.parametrize(
+    ("rest", "strict_items"),
+    [
+        ({"type": "integer"}, {"anyOf": [{"type": "string"}, {"type": "integer"}]}),
+        (None, None),  # items past the positions may be anything: not strict
+    ],
+)
+def test_items_past_the_positions_stay_allowed_in_the_strict_schema(rest, strict_items) -> None:
+    """A strict schema must never refuse what the real one admits: ['a', 1] here."""
+    tags: dict[str, Any] = {"type": "array", "prefixItems": [{"type": "string"}]}
+    if rest is not None:
+        tags["items"] = rest
+    schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"tags": tags},
+        "required": ["tags"],
+    }
+    if strict_items is None:
+        with pytest.raises(StrictSchemaError):
+            openai_strict_schema(schema)
+        return
+    assert openai_strict_schema(schema)["properties"]["tags"]["items"] == strict_items
+
+
 def test_references_into_defs_are_kept_and_their_targets_made_strict() -> None:
     schema = {
         "type": "object",

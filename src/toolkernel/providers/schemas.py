@@ -328,6 +328,11 @@ class _Converter:
                 self.node(p, f"{pointer}/prefixItems/{i}", depth=depth)
                 for i, p in enumerate(positions)
             ]
+            rest = schema.get("items", True)
+            if rest is True or rest == {}:  # items past the positions may be anything
+                raise StrictSchemaError("items past prefixItems are unconstrained", pointer)
+            if rest is not False:  # they are allowed too: one more choice, never fewer
+                choices.append(self.node(rest, f"{pointer}/items", depth=depth))
             distinct = [c for i, c in enumerate(choices) if c not in choices[:i]]
             return distinct[0] if len(distinct) == 1 else {"anyOf": distinct}
         items = schema.get("items")
