@@ -47,6 +47,7 @@ import queue
 import threading
 import weakref
 from collections.abc import Sequence
+from functools import partial
 from typing import Final
 
 from toolkernel.errors import LedgerError
@@ -93,7 +94,8 @@ class GroupCommitLedger(Ledger):
         self._writer.start()
         # A program that ends without closing its kernel still stores what it queued
         # (its writer is a daemon thread, stopped at exit wherever it was).
-        atexit.register(_store_at_exit, weakref.ref(self))
+        self._exit_hook = partial(_store_at_exit, weakref.ref(self))
+        atexit.register(self._exit_hook)  # unregistered by close: kernels come and go
 
     def append(self, run_id: str, events: Sequence[NewEvent]) -> list[Event]:
         """Queue ``events``; returns ``[]`` (the stored events are not known yet).
@@ -215,6 +217,7 @@ class GroupCommitLedger(Ledger):
             already = self._closing
             self._closing = True
         if not already:
+            atexit.unregister(self._exit_hook)
             self._closed.set()
             self._wake.put(None)
             self._writer.join()
