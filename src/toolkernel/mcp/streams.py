@@ -1,10 +1,9 @@
 """A read stream that stands in front of an SDK transport's read stream.
 
 The SDK hands a line it cannot parse to the session as an exception, which logs or
-drops it. Both sides of toolkernel put a filter in front: the bridge counts a
-server's garbage output (``bridge._ParsedOnly``), the gateway answers a client's
-unreadable request (``gateway._AnswerUnreadable``). This is the stream protocol they
-share; each implements ``receive``.
+drops it. The bridge puts a filter in front that counts a server's garbage output
+(``bridge._ParsedOnly``); this is the stream protocol such a filter implements
+(``receive``). The gateway reads its clients' lines itself (``gateway._StdioTransport``).
 """
 
 from __future__ import annotations
