@@ -157,8 +157,8 @@ def test_any_text_with_characters_splitlines_breaks_at_round_trips_through_diffl
 def test_the_hunk_search_finds_the_match_nearest_to_where_the_header_says(
     lines, old, want, floor, wide
 ):
-    """The one-string search agrees with trying each offset, nearest first (the earlier
-    of two as near), in both of its spellings of a line."""
+    """The one-string search agrees with trying each offset, nearest first (the later
+    of two as near, as git apply and patch choose), in both of its spellings of a line."""
     points = 0 if wide else diffs._CODE_POINTS  # 0: two characters a line, as past 0x110000
     with mock.patch.object(diffs, "_CODE_POINTS", points):
         index = diffs._LineIndex([line + "\n" for line in lines])
@@ -169,7 +169,7 @@ def test_the_hunk_search_finds_the_match_nearest_to_where_the_header_says(
         for distance in range(max(target - floor, last - target) + 1):
             hits = [
                 at
-                for at in (target - distance, target + distance)
+                for at in (target + distance, target - distance)
                 if floor <= at <= last and lines[at : at + len(old)] == old
             ]
             if hits:
@@ -380,3 +380,11 @@ async def test_a_deadline_passing_after_the_rename_is_the_patch_done(ws, monkeyp
     result = await patch(kernel, "f.txt", "@@ -1 +1 @@\n-a\n+b\n", original)
     assert result.status is Status.SUCCEEDED
     assert (ws / "f.txt").read_bytes() == b"b\n"
+
+
+def test_a_hunk_as_near_before_and_after_its_line_is_applied_after_as_git_does(tmp_path):
+    """'a' stands one line before and one after where the header points: git apply
+    (and patch) take the later one; so must we, or the patch edits another 'a'."""
+    original, diff = b"a\nb\na\n", "--- a/f.txt\n+++ b/f.txt\n@@ -2 +2 @@\n-a\n+z\n"
+    applied, _, _ = apply_unified_diff(original.decode(), diff)
+    assert applied.encode() == git_apply(tmp_path, "f.txt", original, diff) == b"a\nb\nz\n"

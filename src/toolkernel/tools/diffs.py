@@ -373,8 +373,8 @@ class _LineIndex:
         self._count = len(lines)
 
     def find(self, old: list[str], want: int, floor: int) -> int | None:
-        """Where ``old`` matches, nearest to ``want`` (the earlier of two as near) and
-        not before ``floor``."""
+        """Where ``old`` matches, nearest to ``want`` (the later of two as near, as
+        ``git apply`` and ``patch`` choose) and not before ``floor``."""
         last = self._count - len(old)
         if last < floor:
             return None
@@ -388,7 +388,7 @@ class _LineIndex:
         after = self._text.find(needle, want * width, last * width + len(needle))
         if before == -1 and after == -1:
             return None
-        if after == -1 or (before != -1 and want * width - before <= after - want * width):
+        if after == -1 or (before != -1 and want * width - before < after - want * width):
             return before // width
         return after // width
 
