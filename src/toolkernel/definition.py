@@ -21,7 +21,7 @@ from typing import Any, Final
 from toolkernel.canonical import sha256_of
 from toolkernel.codes import ErrorCode
 from toolkernel.errors import DefinitionError
-from toolkernel.schema import SchemaCompileError, SchemaError, compile_schema
+from toolkernel.schema import SchemaCompileError, SchemaError, compile_schema, iter_subschemas
 
 __all__ = [
     "ConcurrencyGroup",
@@ -223,12 +223,12 @@ class ToolDefinition:
             raise DefinitionError(
                 name, _join("inputSchema", exc.pointer), f"not a valid JSON Schema: {exc}"
             ) from exc
-        unsatisfiable = _unsatisfiable_required(data["inputSchema"], "inputSchema")
+        unsatisfiable = _unsatisfiable_required(data["inputSchema"])
         if unsatisfiable is not None:
             where, missing = unsatisfiable
             raise DefinitionError(
                 name,
-                where,
+                _join("inputSchema", where),
                 f"names '{missing[:100]}', which is not among the properties of an object "
                 "that allows no other: no call could satisfy it",
             )
@@ -358,36 +358,18 @@ def _shown(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
-_SUBSCHEMA_MAPS: Final = ("properties", "patternProperties", "$defs", "definitions")
-_SUBSCHEMA_LISTS: Final = ("allOf", "anyOf", "oneOf", "prefixItems")
-_SUBSCHEMAS: Final = ("items", "additionalProperties", "not", "if", "then", "else", "contains")
-
-
-def _unsatisfiable_required(schema: Any, path: str) -> tuple[str, str] | None:
-    """(path, name) of a required property that a closed object schema does not
+def _unsatisfiable_required(schema: Any) -> tuple[str, str] | None:
+    """(pointer, name) of a required property that a closed object schema does not
     declare: no call can satisfy it (a typo, usually)."""
-    if not isinstance(schema, Mapping):
-        return None
-    required = schema.get("required")
-    properties = schema.get("properties")
-    closed = schema.get("additionalProperties") is False and not schema.get("patternProperties")
-    if closed and isinstance(required, list):
-        declared = properties if isinstance(properties, Mapping) else {}
-        for name in required:
-            if isinstance(name, str) and name not in declared:
-                return f"{path}.required", name
-    children: list[tuple[str, Any]] = []
-    for key in _SUBSCHEMA_MAPS:
-        if isinstance(schema.get(key), Mapping):
-            children.extend((f"{path}.{key}.{k}", v) for k, v in schema[key].items())
-    for key in _SUBSCHEMA_LISTS:
-        if isinstance(schema.get(key), list):
-            children.extend((f"{path}.{key}.{i}", v) for i, v in enumerate(schema[key]))
-    children.extend((f"{path}.{key}", schema[key]) for key in _SUBSCHEMAS if key in schema)
-    for child_path, child in children:
-        found = _unsatisfiable_required(child, child_path)
-        if found is not None:
-            return found
+    for node, pointer in iter_subschemas(schema, ""):
+        required = node.get("required")
+        properties = node.get("properties")
+        closed = node.get("additionalProperties") is False and not node.get("patternProperties")
+        if closed and isinstance(required, list):
+            declared = properties if isinstance(properties, Mapping) else {}
+            for name in required:
+                if isinstance(name, str) and name not in declared:
+                    return f"{pointer}/required", name
     return None
 
 

@@ -21,16 +21,22 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
 from urllib.parse import urldefrag, urljoin
 
 import jsonschema_rs
 
 from toolkernel.errors import ToolkernelError
 
-__all__ = ["CompiledSchema", "SchemaCompileError", "SchemaError", "compile_schema"]
+__all__ = [
+    "CompiledSchema",
+    "SchemaCompileError",
+    "SchemaError",
+    "compile_schema",
+    "iter_subschemas",
+]
 
 _Kind = jsonschema_rs.ValidationErrorKind
 
@@ -338,3 +344,46 @@ def _pointer(path: list[str | int]) -> str:
 
 def _escape(part: str | int) -> str:
     return str(part).replace("~", "~0").replace("/", "~1")
+
+
+_SCHEMA_MAPS: Final = (
+    "properties",
+    "patternProperties",
+    "$defs",
+    "definitions",
+    "dependentSchemas",
+)
+_SCHEMA_ONE: Final = (
+    "items",
+    "additionalItems",
+    "additionalProperties",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "contains",
+    "not",
+    "if",
+    "then",
+    "else",
+    "propertyNames",
+)
+_SCHEMA_LISTS: Final = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
+
+
+def iter_subschemas(schema: Any, pointer: str) -> Iterator[tuple[Mapping[str, Any], str]]:
+    """Yield ``schema`` and every schema nested in it, with their JSON pointers (from
+    ``pointer``): the walk the lint rules and the definition checks share."""
+    if not isinstance(schema, Mapping):
+        return
+    yield schema, pointer
+    for key in _SCHEMA_MAPS:
+        children = schema.get(key)
+        if isinstance(children, Mapping):
+            for name, child in children.items():
+                yield from iter_subschemas(child, f"{pointer}/{key}/{_escape(name)}")
+    for key in _SCHEMA_ONE:
+        yield from iter_subschemas(schema.get(key), f"{pointer}/{key}")
+    for key in _SCHEMA_LISTS:
+        children = schema.get(key)
+        if isinstance(children, list):
+            for index, child in enumerate(children):
+                yield from iter_subschemas(child, f"{pointer}/{key}/{index}")

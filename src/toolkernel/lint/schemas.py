@@ -11,6 +11,7 @@ from typing import Any, Final
 from urllib.parse import unquote
 
 from toolkernel.lint.loaders import escape_token
+from toolkernel.schema import iter_subschemas
 
 __all__ = [
     "deeper_than",
@@ -21,28 +22,6 @@ __all__ = [
     "types_of",
     "unresolved_reference",
 ]
-
-_SCHEMA_MAPS: Final = (
-    "properties",
-    "patternProperties",
-    "$defs",
-    "definitions",
-    "dependentSchemas",
-)
-_SCHEMA_ONE: Final = (
-    "items",
-    "additionalItems",
-    "additionalProperties",
-    "unevaluatedProperties",
-    "unevaluatedItems",
-    "contains",
-    "not",
-    "if",
-    "then",
-    "else",
-    "propertyNames",
-)
-_SCHEMA_LISTS: Final = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
 
 
 def types_of(schema: Mapping[str, Any]) -> set[str]:
@@ -74,25 +53,6 @@ def deeper_than(value: Any, limit: int) -> bool:
             return True
         stack.extend((child, depth + 1) for child in children)
     return False
-
-
-def iter_subschemas(schema: Any, pointer: str) -> Iterator[tuple[Mapping[str, Any], str]]:
-    """Yield ``schema`` and every schema nested in it, with their pointers."""
-    if not isinstance(schema, Mapping):
-        return
-    yield schema, pointer
-    for key in _SCHEMA_MAPS:
-        children = schema.get(key)
-        if isinstance(children, Mapping):
-            for name, child in children.items():
-                yield from iter_subschemas(child, f"{pointer}/{key}/{escape_token(name)}")
-    for key in _SCHEMA_ONE:
-        yield from iter_subschemas(schema.get(key), f"{pointer}/{key}")
-    for key in _SCHEMA_LISTS:
-        children = schema.get(key)
-        if isinstance(children, list):
-            for index, child in enumerate(children):
-                yield from iter_subschemas(child, f"{pointer}/{key}/{index}")
 
 
 def unresolved_reference(schema: Any) -> str | None:
