@@ -33,7 +33,13 @@ from dataclasses import dataclass, field
 
 from toolkernel.errors import UsageError
 
-__all__ = ["GlobSet", "compile_globs", "read_otherwise_by_ripgrep", "workspace_pattern"]
+__all__ = [
+    "GlobSet",
+    "compile_globs",
+    "pattern_body",
+    "read_otherwise_by_ripgrep",
+    "workspace_pattern",
+]
 
 _FLAGS = re.IGNORECASE | re.DOTALL
 _ANY_DIRS = "(?:.*/)?"  # zero or more whole directories
@@ -119,9 +125,16 @@ def workspace_pattern(pattern: str, workspace: str | None = None) -> str:
     return "/" + joined if anchored and len(segments) == 1 else joined
 
 
+def pattern_body(pattern: str) -> str:
+    """``pattern`` as these globs read it: trimmed, a trailing ``/`` dropped (``creds/``
+    matches a file named ``creds`` too). Whoever hands the same pattern to another
+    matcher (ripgrep) gives it this, so that both match alike."""
+    return pattern.strip().rstrip("/")
+
+
 def _translate(pattern: str) -> tuple[str, bool]:
     """Regex source for one pattern, and whether it matches every path."""
-    body = pattern.strip().rstrip("/")
+    body = pattern_body(pattern)
     if not body:
         raise UsageError(f"empty glob pattern: {pattern!r}")
     anchored = "/" in body

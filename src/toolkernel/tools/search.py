@@ -45,6 +45,7 @@ from toolkernel.definition import ConcurrencyGroup, ExecutionMode, Permissions
 from toolkernel.dispatch import ToolOutput
 from toolkernel.errors import ToolFailed
 from toolkernel.functions import NO_NUL, tool
+from toolkernel.globs import pattern_body
 from toolkernel.redaction import Redactor
 from toolkernel.tools.adapter import CommandResult, sandbox_for
 
@@ -174,9 +175,9 @@ def rg_argv(
         argv.append("--hidden")  # asked for by name: '.github/**' finds its files
     argv += [f"--glob={glob}" for glob in path_globs]
     # Last, so that they win over any glob above (ripgrep: later globs take precedence).
-    # As the guard reads them: trimmed, and 'creds/' a file as well as a directory
-    # (ripgrep alone would skip only a directory, and show a file the guard forbids).
-    excluded = (pattern.strip().rstrip("/") for pattern in forbidden)
+    # As the guard reads them (ripgrep alone would read 'creds/' as directories only,
+    # and show a file the guard forbids).
+    excluded = (pattern_body(pattern) for pattern in forbidden)
     argv += [f"--iglob=!{pattern}" for pattern in excluded if pattern]
     argv += [f"--regexp={query}", "--", "."]
     return argv
