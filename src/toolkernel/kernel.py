@@ -1095,7 +1095,7 @@ class Kernel:
             tool.definition,
             run.context,
             run.meter,
-            paths=_policy_paths(checked.paths, self.guard.workspace),
+            paths=_policy_paths(checked.paths),
         )
         if decision.allowed and tool.definition.execution_mode not in self.adapters:
             return _no_adapter(tool.definition)
@@ -1104,8 +1104,7 @@ class Kernel:
                 # The policy itself, or one a runtime started in a subdirectory would
                 # read (nor a directory of that name, which would stop it): never
                 # written by a tool, under its own name or through a link to it.
-                target = path.absolute.relative_to(self.guard.workspace).as_posix()
-                names = (*path.relative.split("/"), *target.split("/"))
+                names = (*path.relative.split("/"), *path.target.split("/"))
                 if path.absolute in self.policy_files or CONFIG_FILENAME in names:
                     return Decision(
                         False,
@@ -1748,16 +1747,15 @@ def _release(
         del inflight_map[key]
 
 
-def _policy_paths(paths: Sequence[GuardedPath], workspace: Path) -> list[str]:
+def _policy_paths(paths: Sequence[GuardedPath]) -> list[str]:
     """The paths the policy's path rules judge: each as written and, where a symlink
     in the workspace leads elsewhere, where it leads (``notes.tf`` -> ``infra/main.tf``):
     a deny rule must not be passed by a link, nor a write scope left through one."""
     judged = []
     for path in paths:
         judged.append(path.relative)
-        target = path.absolute.relative_to(workspace).as_posix() or "."
-        if target != path.relative:
-            judged.append(target)
+        if path.target != path.relative:
+            judged.append(path.target)
     return judged
 
 

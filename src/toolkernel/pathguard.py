@@ -72,10 +72,13 @@ class GuardedPath:
     Attributes:
         relative: normalized workspace-relative POSIX path, ``"."`` for the root.
         absolute: the fully resolved absolute path, inside the workspace.
+        target: ``absolute`` relative to the workspace: where the path leads, which is
+            ``relative`` unless a symlink on the way leads elsewhere in the workspace.
     """
 
     relative: str
     absolute: Path
+    target: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +152,7 @@ class PathGuard:
         names = lexical | {name for name in resolved.values() if name is not None}
         if any(self.is_forbidden(name) for name in names):
             return PathViolation(ErrorCode.FORBIDDEN_PATH, "protected path")
-        return GuardedPath(relative, Path(self._absolute(absolute)))
+        return GuardedPath(relative, Path(self._absolute(absolute)), absolute)
 
     def is_forbidden(self, relative: str) -> bool:
         """Whether a normalized workspace-relative path is forbidden.
