@@ -17,10 +17,8 @@ from typing import Annotated, Any, Literal
 import annotated_types as at
 import anyio
 import pytest
-from anthropic.types import Message
-from openai.types.chat import ChatCompletion
-from openai.types.responses import Response
 
+from sdk_responses import anthropic, chat, responses
 from toolkernel.codes import Status
 from toolkernel.definition import ToolDefinition
 from toolkernel.errors import UsageError
@@ -537,65 +535,3 @@ def test_the_agent_loop_still_answers_the_ids_it_was_sent(kernel: Kernel) -> Non
 
 
 # -- responses, built with the SDKs' own types ---------------------------------------------
-
-
-def chat(*calls: tuple[str, str, str]) -> ChatCompletion:
-    tool_calls = [
-        {"id": i, "type": "function", "function": {"name": n, "arguments": a}} for i, n, a in calls
-    ]
-    return ChatCompletion.model_validate(
-        {
-            "id": "chatcmpl-1",
-            "object": "chat.completion",
-            "created": 1767225600,
-            "model": "gpt-4.1",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": None, "tool_calls": tool_calls},
-                    "finish_reason": "tool_calls",
-                    "logprobs": None,
-                }
-            ],
-        }
-    )
-
-
-def responses(*calls: tuple[str, str, str]) -> Response:
-    return Response.model_validate(
-        {
-            "id": "resp_1",
-            "object": "response",
-            "created_at": 1767225600,
-            "model": "gpt-5",
-            "output": [
-                {
-                    "type": "function_call",
-                    "id": f"fc_{n}",
-                    "call_id": i,
-                    "name": name,
-                    "arguments": a,
-                    "status": "completed",
-                }
-                for n, (i, name, a) in enumerate(calls)
-            ],
-            "parallel_tool_calls": True,
-            "tool_choice": "auto",
-            "tools": [],
-        }
-    )
-
-
-def anthropic(*calls: tuple[str, str, Any]) -> Message:
-    return Message.model_validate(
-        {
-            "id": "msg_1",
-            "type": "message",
-            "role": "assistant",
-            "model": "claude-sonnet-4-6",
-            "content": [{"type": "tool_use", "id": i, "name": n, "input": a} for i, n, a in calls],
-            "stop_reason": "tool_use",
-            "stop_sequence": None,
-            "usage": {"input_tokens": 1, "output_tokens": 1},
-        }
-    )
