@@ -37,6 +37,7 @@ from gateway_harness import (
     ledger_events,
     make_workspace,
     stdio_client,
+    stdio_messages,
     stdio_params,
 )
 
@@ -59,23 +60,11 @@ def raw(*lines: str) -> bytes:
 
 async def exchange(workspace: Path, sent: bytes, *, last: int | str) -> list[dict[str, Any]]:
     """What the stdio gateway writes for ``sent``, up to the answer to request ``last``."""
-    params = stdio_params(workspace)
-    messages: list[dict[str, Any]] = []
-    with anyio.fail_after(WAIT_S):
-        async with await anyio.open_process(
-            [params.command, *params.args], env=params.env, cwd=params.cwd
-        ) as process:
-            assert process.stdin is not None
-            assert process.stdout is not None
-            await process.stdin.send(sent)
-            buffered = b""
-            async for chunk in process.stdout:
-                *lines, buffered = (buffered + chunk).split(b"\n")
-                messages.extend(map(json.loads, lines))
-                if any(m.get("id") == last and "method" not in m for m in messages):
-                    await process.stdin.aclose()
-                    return messages
-    raise AssertionError(f"no answer to request {last!r}: {messages}")
+
+    def answered(messages: list[dict[str, Any]]) -> bool:
+        return any(m.get("id") == last and "method" not in m for m in messages)
+
+    return await stdio_messages(workspace, sent, until=answered)
 
 
 async def until_stdout_ends(workspace: Path, sent: bytes) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -203,25 +203,38 @@ class HttpGateway:
         return code
 
 
-async def stdio_answers(
-    workspace: Path, sent: str, expected: set[int | str]
-) -> dict[int | str, dict[str, Any]]:
-    """The stdio gateway's answers to the raw lines ``sent``, once ``expected`` (request
-    ids) are all in."""
+async def stdio_messages(
+    workspace: Path, sent: bytes, *, until: Callable[[list[dict[str, Any]]], bool]
+) -> list[dict[str, Any]]:
+    """What the stdio gateway writes for the raw lines ``sent``, up to the first point
+    where ``until`` holds of it (then stdin is closed)."""
     params = stdio_params(workspace)
+    messages: list[dict[str, Any]] = []
     with anyio.fail_after(WAIT_S):
         async with await anyio.open_process(
             [params.command, *params.args], env=params.env, cwd=params.cwd
         ) as process:
             assert process.stdin is not None
             assert process.stdout is not None
-            await process.stdin.send(sent.encode())
+            await process.stdin.send(sent)
             buffered = b""
             async for chunk in process.stdout:
-                buffered += chunk
-                lines = buffered.split(b"\n")[:-1]  # whole lines only
-                answers = {m.get("id"): m for m in map(json.loads, lines) if "id" in m}
-                if expected <= answers.keys():
+                *lines, buffered = (buffered + chunk).split(b"\n")
+                messages.extend(map(json.loads, lines))
+                if until(messages):
                     await process.stdin.aclose()
-                    return answers
-    raise AssertionError("no answer to the requests")
+                    return messages
+    raise AssertionError(f"the gateway stopped writing before the awaited answers: {messages}")
+
+
+async def stdio_answers(
+    workspace: Path, sent: str, expected: set[int | str]
+) -> dict[int | str, dict[str, Any]]:
+    """The stdio gateway's answers to the raw lines ``sent``, once ``expected`` (request
+    ids) are all in."""
+
+    def answered(messages: list[dict[str, Any]]) -> bool:
+        return expected <= {m.get("id") for m in messages if "id" in m}
+
+    messages = await stdio_messages(workspace, sent.encode(), until=answered)
+    return {m.get("id"): m for m in messages if "id" in m}
