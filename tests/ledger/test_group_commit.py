@@ -11,6 +11,7 @@ import pytest
 from toolkernel.codes import Status
 from toolkernel.errors import LedgerError
 from toolkernel.ledger import Event, EventType, GroupCommitLedger, NewEvent, SqliteLedger
+from toolkernel.ledger.group import MAX_QUEUED
 
 
 def request(n: int) -> NewEvent:
@@ -137,6 +138,40 @@ def test_sync_waits_for_the_writers_batch_instead_of_overtaking_it(tmp_path: Pat
     syncing.join(5)
     assert not syncing.is_alive()
     assert [e.payload["n"] for e in inner.events("r")] == [1, 2]
+    ledger.close()
+
+
+def test_appends_that_outrun_the_writer_wait_for_it_at_the_bound_and_then_store_the_queue(
+    tmp_path: Path,
+):
+    # A caller in a tight loop can starve the writer of the GIL; modelled here by a
+    # writer held inside its store. The appends queue up to the bound, and the one that
+    # reaches it waits for the writer's batch and stores the queue itself.
+    inner = WriterGate(tmp_path / "l.db")
+    ledger = GroupCommitLedger(inner)
+    ledger.append("r", [request(0)])
+    assert inner.writer_inside.wait(5)
+    appended: list[int] = []
+
+    def append_many() -> None:
+        for n in range(1, MAX_QUEUED + 50):
+            ledger.append("r", [request(n)])
+            appended.append(n)
+
+    appender = threading.Thread(target=append_many)
+    appender.start()
+    appender.join(0.3)
+    assert appender.is_alive()  # held at the bound, not queueing without end
+    assert len(appended) == MAX_QUEUED - 1  # the append that found the queue full waits
+    inner.open.set()
+    appender.join(5)
+    assert not appender.is_alive()
+    assert "MainThread" not in inner.threads
+    assert inner.threads.count("toolkernel-ledger") >= 1
+    assert len(appended) == MAX_QUEUED + 49
+    ledger.sync()
+    assert on_disk(tmp_path / "l.db") == list(range(MAX_QUEUED + 50))
+    assert ledger.verify().ok
     ledger.close()
 
 

@@ -14,9 +14,16 @@ Whoever stores (the writer or a syncing caller) takes the queue and stores it wh
 holding one lock, so batches reach the inner ledger in the order they were appended.
 
 The trade: a READ_ONLY call can return to the model before its events are stored;
-if the process dies in that window (typically well under a millisecond), those
-events are lost. A program that ends without closing the ledger stores them at exit.
-The order of events is never changed, and nothing is lost silently.
+if the process dies in that window (typically well under a millisecond, and never
+more than ``MAX_QUEUED`` appends, see below), those events are lost. A program that
+ends without closing the ledger stores them at exit. The order of events is never
+changed, and nothing is lost silently.
+
+The writer can fall behind: a caller that calls tools in a tight loop, without ever
+waiting for anything, holds the GIL the writer needs between SQLite's steps, and gets
+it back only every few milliseconds. So the queue is bounded: the append that finds
+``MAX_QUEUED`` appends waiting stores them itself, in its own thread, as ``sync`` does.
+At most that many appends are ever waiting to be stored.
 
 A store can fail in two ways:
 
@@ -53,12 +60,15 @@ from typing import Final
 from toolkernel.errors import LedgerError
 from toolkernel.ledger.base import Event, Ledger, NewEvent, RunSummary, VerifiedRead, VerifyReport
 
-__all__ = ["GroupCommitLedger"]
+__all__ = ["MAX_QUEUED", "GroupCommitLedger"]
 
 _log = logging.getLogger(__name__)
 
 
 _Batch = tuple[str, Sequence[NewEvent]]
+
+MAX_QUEUED: Final = 256
+"""Appends that may wait for the writer; the one that finds this many stores them."""
 
 # The writer's pause before retrying a store that stored nothing, doubled after each
 # failure up to the last: a freed disk is noticed within a second, a full one costs
@@ -118,7 +128,15 @@ class GroupCommitLedger(Ledger):
         with self._lock:
             self._check()
             self._pending.extend(queued)
+            behind = len(self._pending) >= MAX_QUEUED
         self._wake.put(None)
+        if behind:
+            # The writer has fallen behind: the caller stores the queue itself (after
+            # the writer's batch, if it is storing one), so no more than MAX_QUEUED
+            # appends ever wait. How it fails is the writer's way: kept for the retry,
+            # or reported as lost to every later caller; the append itself is queued.
+            with self._storing:
+                self._store_pending()
 
     def append_durable(self, batches: Sequence[tuple[str, Sequence[NewEvent]]]) -> None:
         """Store these events, and what was queued before them, in the calling thread
