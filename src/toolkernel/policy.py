@@ -217,59 +217,112 @@ def _authorize(
     meter: UsageMeter,
     paths: Sequence[str],
 ) -> Decision:
+    standing = _standing(policy, d, ctx)
+    if standing.early is not None:
+        return standing.early
+    denied = _path_problem(policy, d, ctx, paths)
+    if denied is not None:
+        return denied
+    if standing.late is not None:
+        return standing.late
+
+    name, budget, cost = d.name, policy.budget, standing.allowed.cost
+    if budget.max_cost is not None and meter.cost + cost > budget.max_cost:
+        return _deny(ErrorCode.BUDGET_EXCEEDED, tool=name, budget="cost")
+    if budget.max_calls is not None and meter.calls + 1 > budget.max_calls:
+        return _deny(ErrorCode.BUDGET_EXCEEDED, tool=name, budget="call")
+    for pattern, limit in standing.rate_limits:
+        if meter.recent_calls(pattern, limit.per_seconds) >= limit.calls:
+            return _deny(
+                ErrorCode.RATE_LIMITED, tool=name, limit=limit.calls, window=limit.per_seconds
+            )
+    return standing.allowed
+
+
+@dataclass(frozen=True, slots=True)
+class _Standing:
+    """What the policy says of a tool in a run context, before a call's own paths,
+    budget and rate limits: a denial that comes before the path check (a rule, a
+    permission, the network), one that comes after it (the safety profile), else the
+    decision an allowed call gets; and the rate limits the tool counts against."""
+
+    early: Decision | None
+    late: Decision | None
+    allowed: Decision
+    rate_limits: tuple[tuple[str, RateLimit], ...]
+
+
+# Worked out once per policy, definition and run context (all three are values: a run
+# moves on by replacing its context, a reload builds a new policy), not once per call.
+# Keyed by identity; the objects are held with the answer, so an id is not reused.
+_STANDINGS: dict[tuple[int, int, int], tuple[Policy, ToolDefinition, RunContext, _Standing]] = {}
+_MAX_STANDINGS: Final = 512
+
+
+def _standing(policy: Policy, d: ToolDefinition, ctx: RunContext) -> _Standing:
+    key = (id(policy), id(d), id(ctx))
+    known = _STANDINGS.get(key)
+    if known is not None and known[0] is policy and known[1] is d and known[2] is ctx:
+        return known[3]
+    standing = _stand(policy, d, ctx)
+    if len(_STANDINGS) >= _MAX_STANDINGS:
+        _STANDINGS.clear()
+    _STANDINGS[key] = (policy, d, ctx, standing)
+    return standing
+
+
+def _stand(policy: Policy, d: ToolDefinition, ctx: RunContext) -> _Standing:
     name = d.name
+    limits = tuple(
+        (pattern, limit)
+        for pattern, limit in policy.rate_limits.items()
+        if fnmatchcase(name, pattern)
+    )
+    allowed = Decision(True, cost=policy.budget.cost_of(name))
+
+    def denied(early: Decision | None = None, late: Decision | None = None) -> _Standing:
+        return _Standing(early, late, allowed, limits)
+
     rules = [rule for rule in policy.rules if rule.applies(name, ctx)] if policy.rules else []
     for rule in rules:
         if rule.action is Action.DENY:
             if rule.states is not None:
-                return _deny(
-                    ErrorCode.RUN_STATE_DENIED, tool=name, state=ctx.run_state, hint=rule.reason
+                return denied(
+                    _deny(
+                        ErrorCode.RUN_STATE_DENIED,
+                        tool=name,
+                        state=ctx.run_state,
+                        hint=rule.reason,
+                    )
                 )
-            return _deny(ErrorCode.POLICY_DENIED, tool=name, hint=rule.reason)
+            return denied(_deny(ErrorCode.POLICY_DENIED, tool=name, hint=rule.reason))
 
     granted = policy.granted(ctx.profile)
     needs_network = d.permissions.network or d.safety.external
     missing = [p for p in d.permissions.missing_from(granted) if p != "network"]
     if missing:
-        return _deny(ErrorCode.PERMISSION_DENIED, tool=name, need=", ".join(missing))
+        return denied(_deny(ErrorCode.PERMISSION_DENIED, tool=name, need=", ".join(missing)))
     if needs_network and (policy.network is Action.DENY or not granted.network):
-        return _deny(ErrorCode.NETWORK_NOT_ALLOWED, tool=name)
-
-    denied = _path_problem(policy, d, ctx, paths)
-    if denied is not None:
-        return denied
+        return denied(_deny(ErrorCode.NETWORK_NOT_ALLOWED, tool=name))
 
     # An explicit allow rule waives the safety profile's defaults, deny and audit too.
     waived = bool(rules) and any(rule.action is Action.ALLOW for rule in rules)
     defaults = {} if waived else _safety_defaults(policy.approval, d)
     if Action.DENY in defaults:
         hint = f"[policy.approval] denies a tool that {defaults[Action.DENY][0]}."
-        return _deny(ErrorCode.POLICY_DENIED, tool=name, hint=hint)
+        return denied(late=_deny(ErrorCode.POLICY_DENIED, tool=name, hint=hint))
     approval_reasons = _approval_reasons(policy, rules, needs_network, defaults)
     audit = (bool(rules) and any(rule.action is Action.AUDIT for rule in rules)) or (
         Action.AUDIT in defaults
     )
-
-    budget = policy.budget
-    cost = budget.cost_of(name)
-    if budget.max_cost is not None and meter.cost + cost > budget.max_cost:
-        return _deny(ErrorCode.BUDGET_EXCEEDED, tool=name, budget="cost")
-    if budget.max_calls is not None and meter.calls + 1 > budget.max_calls:
-        return _deny(ErrorCode.BUDGET_EXCEEDED, tool=name, budget="call")
-    for pattern, limit in policy.rate_limits.items():
-        if fnmatchcase(name, pattern) and meter.recent_calls(pattern, limit.per_seconds) >= (
-            limit.calls
-        ):
-            return _deny(
-                ErrorCode.RATE_LIMITED, tool=name, limit=limit.calls, window=limit.per_seconds
-            )
-    return Decision(
+    allowed = Decision(
         allowed=True,
         requires_approval=bool(approval_reasons),
         audit=audit,
-        cost=cost,
+        cost=allowed.cost,
         approval_reasons=tuple(approval_reasons),
     )
+    return _Standing(None, None, allowed, limits)
 
 
 def rate_keys(policy: Policy, tool_name: str) -> list[str]:

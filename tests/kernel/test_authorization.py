@@ -903,6 +903,36 @@ def test_decision_carries_the_contract_fields(kernel_factory):
     assert set(decision.to_dict()) >= {"allowed", "reasonCode", "safeMessage", "requiresApproval"}
 
 
+def test_a_decision_follows_the_policy_and_run_context_it_is_asked_about(kernel_factory):
+    # The standing of a tool is worked out once per policy, definition and context:
+    # another policy or a moved-on context gets its own answer, never a remembered one.
+    kernel = kernel_factory()
+    tool = kernel.registry.find("repo.lookup")
+    assert tool is not None
+    context = kernel.start_run().context
+    policy = kernel.config.policy
+    deny = PolicyRule(tools=("repo.*",), action=Action.DENY, states=frozenset({RunState.EDITING}))
+    ruled = replace(policy, rules=(deny,))
+    meter = UsageMeter()
+
+    def code(p: Policy, state: RunState) -> ErrorCode | None:
+        return authorize(p, tool.definition, context.evolve(run_state=state), meter).reason_code
+
+    assert authorize(policy, tool.definition, context, meter).allowed
+    assert authorize(ruled, tool.definition, context, meter).allowed  # not EDITING
+    assert code(ruled, RunState.EDITING) is ErrorCode.RUN_STATE_DENIED
+    assert code(policy, RunState.EDITING) is None
+    unknown = context.evolve(profile="no-such-profile")
+    assert authorize(policy, tool.definition, unknown, meter).reason_code is (
+        ErrorCode.POLICY_ERROR
+    )
+    assert authorize(policy, tool.definition, context, meter).allowed
+    costly = replace(policy, budget=Budget(max_cost=1, costs={"repo.*": 2}))
+    assert authorize(costly, tool.definition, context, meter).reason_code is (
+        ErrorCode.BUDGET_EXCEEDED
+    )
+
+
 async def test_a_tool_knows_whether_a_human_approved_its_call(kernel_factory):
     kernel = kernel_factory(NETWORK_ASK, approver=RecordingApprover(approve=True))
 
