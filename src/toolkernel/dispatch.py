@@ -16,7 +16,8 @@ import queue
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
+import types
+from collections.abc import Callable, Generator, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
 from functools import partial
@@ -535,12 +536,26 @@ async def _guarded_asyncio(
     if task is None:  # not inside a task: only the generic scope can help
         return await _guarded(adapter, invocation, token, timeout_s)
     loop = task.get_loop()
-    watch = _TaskWatch(task)
+    deadline = loop.time() + timeout_s
     cancelling = task.cancelling()
-    timer = loop.call_at(loop.time() + timeout_s, watch.cancel)
+    # Up to its first wait the tool runs in this step of the task, where neither the
+    # deadline nor the token could stop it (a cancellation lands at an await): both are
+    # armed at that first wait, the deadline as from now. A tool that answers without
+    # waiting (from memory, a cache) is spared their cost.
+    steps = adapter.invoke(invocation).__await__()
+    try:
+        first = steps.send(None)
+    except StopIteration as done:
+        return done.value
+    except asyncio.CancelledError as exc:
+        if task.cancelling() <= cancelling:
+            raise _RaisedByTool from exc
+        raise
+    watch = _TaskWatch(task)
+    timer = loop.call_at(deadline, watch.cancel)
     try:
         token.attach(watch)
-        output = await adapter.invoke(invocation)
+        output = await _resume(steps, first)
     except asyncio.CancelledError as exc:
         if watch.fired and task.uncancel() <= cancelling:
             return _STOPPED
@@ -556,6 +571,30 @@ async def _guarded_asyncio(
     if watch.fired:
         await _take_back(task, cancelling)
     return output
+
+
+@types.coroutine
+def _resume(steps: Generator[Any, None, Any], first: Any) -> Generator[Any, None, Any]:
+    """Go on awaiting ``steps``, which has already yielded ``first`` (what ``yield
+    from`` does after its first step): values and exceptions the task sends in are
+    passed on, the result is returned."""
+    value = first
+    while True:
+        try:
+            yield value
+        except GeneratorExit:
+            steps.close()
+            raise
+        except BaseException as exc:  # noqa: BLE001 - thrown in by the task: the tool's to see
+            try:
+                value = steps.throw(exc)
+            except StopIteration as done:
+                return done.value
+        else:
+            try:
+                value = steps.send(None)
+            except StopIteration as done:
+                return done.value
 
 
 async def _take_back(task: asyncio.Task[Any], cancelling: int) -> None:

@@ -1072,6 +1072,105 @@ async def test_a_cancelled_error_the_tool_raises_itself_is_a_tool_error(kernel_f
     assert all("CancelledError" in t for t in tracebacks)
 
 
+# An async tool's deadline and token are armed at its first wait (until then nothing
+# could stop it): the deadline still counts from the start, a cancel made before the
+# first wait still stops it there, and what the task throws in reaches the tool.
+
+
+async def test_an_async_tools_deadline_counts_from_its_start_not_its_first_wait(kernel_factory):
+    @tool("slow.late", timeout_ms=300)
+    async def late() -> str:
+        """Block the loop, then wait."""
+        time.sleep(0.25)  # no await yet: the deadline cannot fire during this
+        await asyncio.sleep(0.2)  # 0.45 s from the start: past the 0.3 s deadline
+        return "done"
+
+    kernel = kernel_factory()
+    kernel.register(late)
+    run = kernel.start_run()
+    with anyio.fail_after(5):
+        result = await kernel.call(run, "slow.late", {})
+    assert (result.status, result.error_code) == (Status.TIMED_OUT, ErrorCode.TIMEOUT)
+
+
+async def test_a_call_cancelled_before_its_tools_first_wait_is_stopped_at_that_wait(
+    kernel_factory,
+):
+    reached: list[str] = []
+
+    @tool("self.cancel", timeout_ms=60_000)
+    async def cancel_itself(ctx: ToolContext) -> str:
+        """Cancel this very call, then wait."""
+        assert ctx.run is not None
+        assert ctx.run.cancel_call(ctx.tool_call_id)
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            reached.append("cancelled at its first wait")
+            raise
+        return "never"
+
+    kernel = kernel_factory()
+    kernel.register(cancel_itself)
+    run = kernel.start_run()
+    with anyio.fail_after(5):
+        result = await kernel.call(run, "self.cancel", {})
+    assert (result.status, result.error_code) == (Status.CANCELLED, ErrorCode.USER_CANCELLED)
+    assert reached == ["cancelled at its first wait"]
+    assert asyncio.current_task().cancelling() == 0
+
+
+async def test_a_tool_that_cleans_up_after_its_timeout_gets_to_await_while_it_does(
+    kernel_factory,
+):
+    cleaned: list[str] = []
+
+    @tool("slow.tidy", timeout_ms=100)
+    async def tidy() -> str:
+        """Wait past the deadline, then tidy up with awaits of its own."""
+        await asyncio.sleep(0)  # a first wait that ends at once
+        try:
+            await asyncio.sleep(30)
+        finally:
+            await asyncio.sleep(0)
+            cleaned.append("tidied")
+        return "never"
+
+    kernel = kernel_factory()
+    kernel.register(tidy)
+    run = kernel.start_run()
+    with anyio.fail_after(5):
+        result = await kernel.call(run, "slow.tidy", {})
+    assert (result.status, result.error_code) == (Status.TIMED_OUT, ErrorCode.TIMEOUT)
+    assert cleaned == ["tidied"]
+    assert asyncio.current_task().cancelling() == 0
+
+
+async def test_a_tool_that_raises_before_its_first_wait_fails_alone(kernel_factory):
+    @tool("eager.fail")
+    async def eager() -> str:
+        """Fail before awaiting anything."""
+        raise RuntimeError("no")
+
+    @tool("eager.cancel")
+    async def eager_cancel() -> str:
+        """Raise CancelledError before awaiting anything."""
+        raise asyncio.CancelledError
+
+    kernel = kernel_factory()
+    kernel.register(eager)
+    kernel.register(eager_cancel)
+    run = kernel.start_run()
+    results = await kernel.call_many(
+        run, [ToolCall("eager.fail", {}), ToolCall("eager.cancel", {})]
+    )
+    assert [(r.status, r.error_code) for r in results] == [
+        (Status.FAILED, ErrorCode.TOOL_ERROR),
+        (Status.FAILED, ErrorCode.TOOL_ERROR),
+    ]
+    assert asyncio.current_task().cancelling() == 0
+
+
 def test_a_key_stays_claimed_until_its_result_is_stored(kernel_factory):
     # The key's result is known before the batch stores it (a sibling is still being
     # finished): a duplicate arriving then on another thread shares it, it does not
