@@ -58,7 +58,7 @@ class Finishing:
     ``encoded`` is the canonical JSON of the output as it stands (``normalize`` sets it,
     ``artifactize`` stores it); a stage that replaces the output must set it to None.
     ``clipped`` counts, by kind, what ``artifactize`` masked where it cut the output;
-    ``redact`` reports it with what it masks in the output.
+    ``redact`` adds what it masks in the output and reports the sum.
     """
 
     tool: RegisteredTool
@@ -242,7 +242,7 @@ def redact(outcome: Outcome, fin: Finishing) -> Outcome:
     outcome.message = redactor.redact(outcome.message, counts)
     if counts:
         fin.redactions.extend(redaction_notices(counts, "safeMessage"))
-    counts = Counter(fin.clipped)  # what artifactize masked at its cuts
+    counts = fin.clipped  # what artifactize masked at its cuts, and what is masked now
     outcome.output = redactor.redact(outcome.output, counts)
     if counts:
         fin.redactions.extend(redaction_notices(counts, "structuredOutput"))
