@@ -180,6 +180,9 @@ _CONTEXT: Final = 64
 # small structured values are such texts. Every anchor below comes from the constants
 # the scanners use, so a new trigger also closes the fast path.
 _PLAIN_MAX: Final = 1024
+# Redactor._plain: texts up to this long, this many at most (then it starts over).
+_PLAIN_CACHED: Final = 256
+_PLAIN_CACHE_SIZE: Final = 4096
 _PLAIN_KEYWORDS: Final = tuple(trigger.decode() for trigger, _ in _TRIGGERS)
 _PLAIN_ANCHORS: Final = (*_TRACE_ANCHORS, *_PRIVATE_KEY_ANCHORS, "/", ":\\")
 _PLAIN_RUN: Final = re.compile(f"[{re.escape(_RUN_CHARS)}]{{{_RUN_LENGTH}}}")
@@ -277,6 +280,10 @@ class Redactor:
         self.workspace = str(workspace)
         self._known: dict[str, None] = {}
         self._variants: list[str] = []
+        # Short texts found to hold nothing to mask ("file.read succeeded.", small
+        # values): most messages and outputs repeat, and a set lookup is a fraction of
+        # a scan. A new secret starts a new set (a text may hold it).
+        self._plain: set[str] = set()
         ws = re.escape(self.workspace.rstrip("/") or "/")
         # The literal comes first for a fast scan; the lookbehind then makes sure the
         # workspace is not the tail of a longer path, the lookahead that it ends there.
@@ -335,6 +342,7 @@ class Redactor:
         self._known[value] = None
         forms = set(self._variants) | _encoded_forms(value)
         self._variants = sorted(forms, key=len, reverse=True)
+        self._plain = set()  # after the forms: a scan that sees this set saw them
 
     def redact_text(self, text: str, counts: Counter[str]) -> str:
         """``text`` with every secret, stack trace and host path masked.
@@ -344,11 +352,19 @@ class Redactor:
             counts: incremented per redaction, by kind (``github-token``,
                 ``known-secret``, ``stack-trace``, ``host-path``, …).
         """
+        plain = self._plain  # before the forms are read: see add_secret
+        if len(text) <= _PLAIN_CACHED and text in plain:
+            return text
         if len(text) > _WHOLE_TEXT_MAX:
             return self._redact_blocks(text, counts)
-        text = self._mask_known(text, counts)
-        if _is_plain(text) and self.workspace not in text:
-            return text
+        masked = self._mask_known(text, counts)
+        if _is_plain(masked) and self.workspace not in masked:
+            if masked is text and len(text) <= _PLAIN_CACHED:
+                if len(plain) >= _PLAIN_CACHE_SIZE:
+                    plain.clear()
+                plain.add(text)
+            return masked
+        text = masked
         text = _mask_traces(text, counts)
         text = _mask_private_keys(text, counts)
         text = _mask_secrets(text, counts)

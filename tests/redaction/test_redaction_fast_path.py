@@ -87,3 +87,33 @@ def test_redact_text_equals_the_full_scan(text):
     slow, slow_counts = full_scan(text)
     assert fast == slow
     assert counts == slow_counts
+
+
+@settings(max_examples=1000, deadline=None)
+@given(TEXTS)
+def test_a_text_redacted_again_from_the_plain_cache_equals_the_full_scan(text):
+    slow, slow_counts = full_scan(text)
+    for _ in range(2):  # the second time, a plain text comes from the redactor's cache
+        counts: Counter[str] = Counter()
+        assert REDACTOR.redact_text(text, counts) == slow
+        assert counts == slow_counts
+
+
+SECRETS = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=8, max_size=24)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet="abcdefgh .", max_size=20), SECRETS, st.text(alphabet="xyz .", max_size=20))
+def test_a_text_once_plain_is_masked_after_the_redactor_learns_a_secret_it_holds(
+    before, secret, after
+):
+    redactor = R.Redactor(Path("/tmp/ws"))
+    text = f"{before}{secret}{after}"
+    first = redactor.redact_text(text, Counter())
+    redactor.add_secret(secret)
+    counts: Counter[str] = Counter()
+    masked = redactor.redact_text(text, counts)
+    assert secret not in masked
+    assert counts["known-secret"] >= 1
+    if R._is_plain(text):  # the case the cache is for: it was let through at first
+        assert first == text
