@@ -384,3 +384,30 @@ def test_an_error_on_a_full_file_system_says_it_is_full(
     monkeypatch.setattr("toolkernel.ledger.sqlite.os.statvfs", lambda _path: Full())
     with pytest.raises(LedgerError, match=f"the file system holding {tmp_path} is full"):
         SqliteLedger(path, read_only=True)
+
+
+@pytest.mark.parametrize("count", [1, 3, 63, 64, 65, 129, 300])
+def test_a_batch_of_any_size_is_stored_in_order_and_chained(ledger, db_path, count):
+    # Rows go in up to 64 to a statement: the chunks' edges must not show.
+    first = [request(n) for n in range(count)]
+    ledger.append("r1", first[:1])
+    ledger.append_batch([("r1", first[1:]), ("r2", first), ("r1", [request(count)])])
+    with SqliteLedger(db_path) as reader:
+        r1 = reader.events("r1")
+        assert [e.payload["n"] for e in r1] == [*range(count), count]
+        assert [e.seq for e in r1] == list(range(1, count + 2))
+        assert [e.payload["n"] for e in reader.events("r2")] == list(range(count))
+        assert reader.verify().ok
+
+
+def test_a_batch_that_collides_with_a_stored_row_stores_none_of_its_rows(ledger, db_path):
+    ledger.append("r", [request(0)])
+    with sqlite3.connect(db_path) as raw:  # another writer's row where the batch will go
+        raw.execute(
+            "INSERT INTO events VALUES ('r', 80, 'TOOL_CALL_REQUEST', 'x', NULL, '{}', 'a', 'b')"
+        )
+    with pytest.raises(LedgerError, match="stored events and head disagree"):
+        ledger.append("r", [request(n) for n in range(1, 100)])
+    with sqlite3.connect(db_path) as raw:
+        seqs = [row[0] for row in raw.execute("SELECT seq FROM events WHERE run_id='r'")]
+    assert seqs == [1, 80]

@@ -112,10 +112,6 @@ _SCHEMA: Final = (
 )
 
 # Every statement is a constant, so sqlite3's statement cache prepares each only once.
-_INSERT_EVENT: Final = (
-    "INSERT INTO events (run_id, seq, type, at, tool_call_id, payload, prev_hash, hash) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-)
 _SELECT_EVENTS: Final = (
     "SELECT run_id, seq, type, at, tool_call_id, payload, prev_hash, hash FROM events "
     "WHERE run_id = ? AND seq > ? ORDER BY seq"
@@ -322,10 +318,7 @@ class SqliteLedger(Ledger):
             if not _advance_head(cursor, run_id, head, rows[-1]):
                 raise LedgerError(f"the head of run {run_id!r} moved under the write lock")
         try:
-            if len(rows) == 1:
-                cursor.execute(_INSERT_EVENT, rows[0])
-            else:
-                cursor.executemany(_INSERT_EVENT, rows)
+            _insert_rows(cursor, rows)
         except sqlite3.IntegrityError as exc:
             self._heads.pop(run_id, None)
             raise LedgerError(
@@ -678,6 +671,28 @@ def _rollback(conn: sqlite3.Connection) -> None:
     if conn.in_transaction:
         with suppress(sqlite3.Error):
             conn.execute("ROLLBACK")
+
+
+def _insert_rows(cursor: sqlite3.Cursor, rows: list[tuple[Any, ...]]) -> None:
+    """Insert event rows, up to ``_ROWS_PER_INSERT`` in one statement.
+
+    ``executemany`` takes a step of SQLite per row, and lets go of the GIL for each:
+    in a group-commit writer, whose caller keeps the GIL busy, every row then waited
+    for it again (measured: a batch stored 25 times slower than with nothing else
+    running). One statement of many rows takes it back once, and costs less alone too.
+    """
+    for start in range(0, len(rows), _ROWS_PER_INSERT):
+        chunk = rows[start : start + _ROWS_PER_INSERT]
+        cursor.execute(_INSERT_EVENTS[len(chunk)], [v for row in chunk for v in row])
+
+
+_ROWS_PER_INSERT: Final = 64  # 512 parameters, far below SQLite's limit
+# The INSERT of n event rows at index n: one text per count, so each is prepared once.
+_INSERT_EVENTS: Final = tuple(
+    "INSERT INTO events (run_id, seq, type, at, tool_call_id, payload, prev_hash, hash) "
+    "VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * count)
+    for count in range(_ROWS_PER_INSERT + 1)
+)
 
 
 def _load_head(cursor: sqlite3.Cursor, run_id: str) -> Head:
