@@ -14,16 +14,16 @@ Whoever stores (the writer or a syncing caller) takes the queue and stores it wh
 holding one lock, so batches reach the inner ledger in the order they were appended.
 
 The trade: a READ_ONLY call can return to the model before its events are stored;
-if the process dies in that window (typically well under a millisecond, and never
-more than ``MAX_QUEUED`` appends, see below), those events are lost. A program that
+if the process dies in that window (typically well under a millisecond; at most
+``MAX_QUEUED`` appends and the batch being stored, see below), those events are lost. A program that
 ends without closing the ledger stores them at exit. The order of events is never
 changed, and nothing is lost silently.
 
 The writer can fall behind: a caller that calls tools in a tight loop, without ever
-waiting for anything, holds the GIL the writer needs between SQLite's steps, and gets
-it back only every few milliseconds. So the queue is bounded: the append that finds
-``MAX_QUEUED`` appends waiting stores them itself, in its own thread, as ``sync`` does.
-At most that many appends are ever waiting to be stored.
+waiting for anything, holds the GIL the writer needs, which it gets back only every
+few milliseconds. So the queue is bounded: the append that finds ``MAX_QUEUED``
+appends waiting waits until the writer has stored a batch. At most that many appends
+wait in the queue, besides the batch being stored.
 
 A store can fail in two ways:
 
@@ -93,6 +93,7 @@ class GroupCommitLedger(Ledger):
         self._pending: list[_Batch] = []
         self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._storing = threading.Lock()
+        self._stored = threading.Condition(self._lock)  # notified after every store
         self._error: LedgerError | None = None
         # Why the queue could not be stored, while it waits for the writer's retry.
         # Changed only by a holder of ``_storing``; set only while ``_pending`` holds
@@ -128,15 +129,15 @@ class GroupCommitLedger(Ledger):
         with self._lock:
             self._check()
             self._pending.extend(queued)
-            behind = len(self._pending) >= MAX_QUEUED
-        self._wake.put(None)
-        if behind:
-            # The writer has fallen behind: the caller stores the queue itself (after
-            # the writer's batch, if it is storing one), so no more than MAX_QUEUED
-            # appends ever wait. How it fails is the writer's way: kept for the retry,
-            # or reported as lost to every later caller; the append itself is queued.
-            with self._storing:
-                self._store_pending()
+            self._wake.put(None)
+            # The writer has fallen behind: wait until it has stored a batch (waiting
+            # lets go of the GIL it needs). Not stored here: an interrupt (Ctrl-C lands
+            # in the main thread) must not cut a store short, which would lose it; in
+            # the wait it loses nothing, the append is queued. A failing store, a
+            # close or a lost batch ends the wait: the writer's retry or the error
+            # takes over, as for any queued append.
+            while len(self._pending) >= MAX_QUEUED and self._writer_on():
+                self._stored.wait()
 
     def append_durable(self, batches: Sequence[tuple[str, Sequence[NewEvent]]]) -> None:
         """Store these events, and what was queued before them, in the calling thread
@@ -234,6 +235,7 @@ class GroupCommitLedger(Ledger):
         with self._lock:
             already = self._closing
             self._closing = True
+            self._stored.notify_all()  # appends waiting for the writer: it stops
         if not already:
             atexit.unregister(self._exit_hook)
             self._closed.set()
@@ -260,6 +262,15 @@ class GroupCommitLedger(Ledger):
                 raise self._error
             if self._unstored is not None:
                 raise self._waiting()
+
+    def _writer_on(self) -> bool:
+        """Whether the writer goes on storing the queue (``_lock`` held)."""
+        return (
+            self._error is None
+            and self._unstored is None
+            and not self._closing
+            and self._writer.is_alive()
+        )
 
     def _check(self) -> None:
         if self._error is not None:
@@ -313,6 +324,14 @@ class GroupCommitLedger(Ledger):
             batch, self._pending = self._pending, []
             if not batch:
                 return
+        try:
+            self._store(batch)
+        finally:
+            with self._lock:
+                self._stored.notify_all()
+
+    def _store(self, batch: list[_Batch]) -> None:
+        """Store a batch taken from the queue (the caller holds ``_storing``)."""
         try:
             self._inner.append_batch(batch)
         except LedgerError as exc:
