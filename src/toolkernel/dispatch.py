@@ -564,6 +564,13 @@ async def _guarded_asyncio(
             # cancelled under it). That is the tool's failure, not a stop.
             raise _RaisedByTool from exc
         raise
+    except Exception:
+        if watch.fired:
+            # The tool caught the cancellation and failed otherwise: the request is
+            # taken back as when it returns, or the task would keep it (the caller's
+            # own TaskGroup or timeout would then take it for theirs).
+            await _take_back(task, cancelling)
+        raise
     finally:
         watch.done = True
         timer.cancel()
@@ -580,21 +587,22 @@ def _resume(steps: Generator[Any, None, Any], first: Any) -> Generator[Any, None
     passed on, the result is returned."""
     value = first
     while True:
+        thrown: BaseException | None = None
         try:
             yield value
         except GeneratorExit:
             steps.close()
             raise
         except BaseException as exc:  # noqa: BLE001 - thrown in by the task: the tool's to see
-            try:
-                value = steps.throw(exc)
-            except StopIteration as done:
-                return done.value
-        else:
-            try:
-                value = steps.send(None)
-            except StopIteration as done:
-                return done.value
+            thrown = exc
+        # Passed on outside the handler: the tool's code up to its next await must not
+        # run while this frame handles the exception (sys.exc_info, chained errors).
+        try:
+            value = steps.send(None) if thrown is None else steps.throw(thrown)
+        except StopIteration as done:
+            return done.value
+        finally:
+            thrown = None
 
 
 async def _take_back(task: asyncio.Task[Any], cancelling: int) -> None:

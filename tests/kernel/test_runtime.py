@@ -8,6 +8,7 @@ import contextvars
 import errno
 import hashlib
 import json
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -1144,6 +1145,42 @@ async def test_a_tool_that_cleans_up_after_its_timeout_gets_to_await_while_it_do
     assert (result.status, result.error_code) == (Status.TIMED_OUT, ErrorCode.TIMEOUT)
     assert cleaned == ["tidied"]
     assert asyncio.current_task().cancelling() == 0
+
+
+async def test_a_tool_that_gives_up_after_its_timeout_fails_cleanly(kernel_factory):
+    # It catches the deadline's CancelledError and raises an error of its own. What it
+    # runs after its except block handles nothing, its error is not chained to the
+    # cancellation, and the caller's task keeps no cancellation request of the kernel's.
+    seen: list[object] = []
+
+    @tool("slow.gives_up", timeout_ms=50)
+    async def gives_up() -> str:
+        """Wait past the deadline, then fail."""
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+        seen.append(sys.exc_info()[1])
+        raise RuntimeError("gave up")
+
+    kernel = kernel_factory()
+    kernel.register(gives_up)
+    run = kernel.start_run()
+    with anyio.fail_after(5):
+        result = await kernel.call(run, "slow.gives_up", {})
+    assert (result.status, result.error_code) == (Status.FAILED, ErrorCode.TOOL_ERROR)
+    assert seen == ["cancelled", None]
+    assert asyncio.current_task().cancelling() == 0
+    traceback = next(
+        e.payload["internal"]["traceback"]
+        for e in kernel.ledger.events(run.id)
+        if e.type is EventType.TOOL_CALL_RESULT
+    )
+    assert "gave up" in traceback
+    assert "CancelledError" not in traceback
+    with pytest.raises(TimeoutError):  # the caller's own timeout still reads as one
+        async with asyncio.timeout(0.01):
+            await asyncio.sleep(5)
 
 
 async def test_a_tool_that_raises_before_its_first_wait_fails_alone(kernel_factory):
