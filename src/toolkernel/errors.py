@@ -33,6 +33,7 @@ __all__ = [
     "RESOURCE_SHORTAGES",
     "ConfigError",
     "DefinitionError",
+    "LedgerCorrupted",
     "LedgerError",
     "LedgerMissing",
     "SandboxUnavailable",
@@ -78,6 +79,12 @@ class LedgerError(ToolkernelError):
     """
 
     maybe_stored: bool = False
+
+
+class LedgerCorrupted(LedgerError):
+    """The ledger holds a record that cannot be trusted: an event that cannot be
+    decoded, or an idempotency index entry that points at no event (``ledger verify``
+    says more). The kernel refuses a call that depends on it rather than run it."""
 
 
 class LedgerMissing(LedgerError):

@@ -68,7 +68,13 @@ from toolkernel.dispatch import (
     current_traceback,
     dispatch,
 )
-from toolkernel.errors import ConfigError, DefinitionError, LedgerError, UsageError
+from toolkernel.errors import (
+    ConfigError,
+    DefinitionError,
+    LedgerCorrupted,
+    LedgerError,
+    UsageError,
+)
 from toolkernel.exposure import select_exposed
 from toolkernel.functions import FunctionTool
 from toolkernel.ledger import (
@@ -1307,10 +1313,8 @@ class Kernel:
             return _Duplicate(request, running, in_batch)
         journal.held.append((request, entry))
         journal.flush()  # an index lookup must see what this batch already decided
-        recorded = self.ledger.find_indexed(name, key)
-        if recorded is None:
-            return entry
-        return self._recorded(journal, request, events, entry, recorded)
+        found = self._lookup(journal, request, events, entry)
+        return entry if found is None else found
 
     def _claim(
         self,
@@ -1336,7 +1340,28 @@ class Kernel:
             )
             return self._refuse(journal, request, events, busy, entry)
         entry.owner = owner
-        recorded = self.ledger.find_indexed(name, key)
+        return self._lookup(journal, request, events, entry)
+
+    def _lookup(
+        self,
+        journal: _Journal,
+        request: ToolCallRequest,
+        events: list[NewEvent],
+        entry: _Inflight,
+    ) -> ToolCallResult | None:
+        """The result recorded under the call's key (see ``_recorded``), None when there
+        is none. A record the ledger cannot vouch for (an index entry that points at no
+        event, an event that cannot be decoded) refuses the call: running the tool
+        again could do twice what the key was to do once."""
+        name = request.tool_name
+        try:
+            recorded = self.ledger.find_indexed(name, str(request.idempotency_key))
+        except LedgerCorrupted as exc:
+            _log.error("the recorded result of a call of %s cannot be trusted: %s", name, exc)
+            broken = ToolCallResult.from_code(
+                request.tool_call_id, ErrorCode.INTERNAL_ERROR, tool=name
+            )
+            return self._refuse(journal, request, events, broken, entry)
         if recorded is None:
             return None
         return self._recorded(journal, request, events, entry, recorded)

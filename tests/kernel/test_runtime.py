@@ -323,6 +323,59 @@ async def test_an_index_entry_that_is_not_a_result_fails_the_call_without_runnin
     assert types == [EventType.TOOL_CALL_REQUEST, EventType.TOOL_CALL_RESULT]
 
 
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        # the index entry points at an event that is gone (a deleted tail)
+        "DELETE FROM events WHERE run_id = :run AND seq = :seq",
+        # the recorded result cannot be decoded
+        "UPDATE events SET payload = CAST(payload AS BLOB) WHERE run_id = :run AND seq = :seq",
+    ],
+    ids=["entry points at no event", "result stored as a blob"],
+)
+async def test_a_recorded_result_the_ledger_cannot_vouch_for_fails_the_call_without_running_it(
+    kernel_factory, calls, workspace, tamper
+):
+    import sqlite3
+
+    args = {"path": "src/a.py", "text": "x"}
+    kernel = kernel_factory(WRITER)
+    run = kernel.start_run()
+    first = await kernel.call(run, "file.write", args, idempotency_key="k5")
+    [result] = [
+        e
+        for e in kernel.ledger.events(run.id)
+        if e.tool_call_id == first.tool_call_id and e.type is EventType.TOOL_CALL_RESULT
+    ]
+    with sqlite3.connect(kernel.config.ledger_path) as db:
+        db.execute(tamper, {"run": run.id, "seq": result.seq})
+    for _ in range(2):  # every repeat, not only the first
+        again = await kernel.call(kernel.start_run(), "file.write", args, idempotency_key="k5")
+        assert (again.status, again.error_code) == (Status.FAILED, ErrorCode.INTERNAL_ERROR)
+    assert calls.count == {"file.write": 1}
+
+
+async def test_a_key_whose_index_entry_was_deleted_runs_again_and_verify_says_so(
+    kernel_factory, calls, workspace
+):
+    # Nothing but a scan of every event could find the result once its entry is gone,
+    # so the call runs again; the ledger must then not verify intact, or the deletion
+    # would leave no trace.
+    import sqlite3
+
+    args = {"path": "src/a.py", "text": "x"}
+    kernel = kernel_factory(WRITER)
+    run = kernel.start_run()
+    await kernel.call(run, "file.write", args, idempotency_key="k6")
+    with sqlite3.connect(kernel.config.ledger_path) as db:
+        db.execute("DELETE FROM idempotency WHERE key = 'k6'")
+    await kernel.call(kernel.start_run(), "file.write", args, idempotency_key="k6")
+    assert calls.count == {"file.write": 2}
+    problems = kernel.ledger.verify().problems
+    assert [p.kind for p in problems] == ["index_mismatch"]
+    assert "ran twice" in problems[0].detail
+
+
 @contextlib.contextmanager
 def two_processes(workspace: Path, job: FunctionTool) -> Iterator[tuple[Kernel, Kernel]]:
     """Two kernels on one ledger file stand for two processes: neither knows the

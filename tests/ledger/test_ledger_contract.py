@@ -31,6 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from toolkernel.canonical import canonical_json
+from toolkernel.errors import LedgerCorrupted
 from toolkernel.ledger import (
     GENESIS_HASH,
     Event,
@@ -583,6 +584,31 @@ def test_a_result_copied_from_another_call_needs_no_index_entry(
     ledger.append("run-1", [NewEvent(EventType.TOOL_CALL_RESULT, {**result, **marker}, "c")])
 
     assert ledger.verify().ok
+
+
+def test_a_second_result_stored_under_a_key_is_reported(ledger: Ledger) -> None:
+    # Its entry gone (deleted), a key's call ran again: the new entry verifies, so only
+    # the two results under one key tell. Copies of a result (replayed, shared) are not
+    # results of their own and are not counted.
+    ledger.append("run-1", keyed_call("k1", indexed=False))
+    ledger.append("run-2", keyed_call("k1"))
+
+    assert index_problems(ledger) == [("run-2", 2)]
+    assert "ran twice" in ledger.verify().problems[0].detail
+
+
+def test_an_index_entry_whose_event_is_gone_is_refused_when_looked_up(
+    ledger: Ledger, backend: Backend
+) -> None:
+    ledger.append("run-1", keyed_call("k1") + keyed_call("k2"))
+    backend.tamper("DELETE FROM events WHERE seq = 2")
+
+    with pytest.raises(LedgerCorrupted, match="points at seq 2 of run 'run-1'"):
+        ledger.find_indexed("file.write", "k1")
+    found = ledger.find_indexed("file.write", "k2")
+    assert found is not None
+    assert found.seq == 4
+    assert ledger.find_indexed("file.write", "k3") is None
 
 
 def test_verify_of_one_run_checks_the_index_entries_pointing_into_it(

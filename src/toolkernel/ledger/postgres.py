@@ -56,6 +56,7 @@ from toolkernel.ledger.rows import (
     Prepared,
     Verifier,
     chain_rows,
+    indexed_event,
     readable_runs,
     row_event,
     stored_events,
@@ -178,9 +179,11 @@ _SELECT_INDEX: Final = "SELECT tool_name, key, run_id, seq FROM idempotency"
 _SELECT_RUNS: Final = (
     "SELECT run_id, count(*), min(at), max(at) FROM events GROUP BY run_id ORDER BY min(at), run_id"
 )
+# LEFT JOIN: an entry whose event is gone is found, and refused (indexed_event).
 _SELECT_INDEXED: Final = (
-    "SELECT e.run_id, e.seq, e.type, e.at, e.tool_call_id, e.payload, e.prev_hash, e.hash "
-    "FROM idempotency AS i JOIN events AS e ON e.run_id = i.run_id AND e.seq = i.seq "
+    "SELECT i.run_id, i.seq, "
+    "e.run_id, e.seq, e.type, e.at, e.tool_call_id, e.payload, e.prev_hash, e.hash "
+    "FROM idempotency AS i LEFT JOIN events AS e ON e.run_id = i.run_id AND e.seq = i.seq "
     "WHERE i.tool_name = %s AND i.key = %s"
 )
 
@@ -334,14 +337,16 @@ class PostgresLedger(Ledger):
         """The event stored under ``(tool_name, key)``, or ``None``.
 
         Raises:
-            LedgerError: the event could not be read or decoded.
+            LedgerCorrupted: the entry points at no event, or the event cannot be
+                decoded (``ledger verify`` says more).
+            LedgerError: the event could not be read.
         """
         if "\0" in tool_name or "\0" in key:
             return None
         row = self._retrying(
             "read", lambda conn: conn.execute(_SELECT_INDEXED, (tool_name, key)).fetchone()
         )
-        return None if row is None else row_event(row)
+        return None if row is None else indexed_event(row, tool_name, key)
 
     def claim_key(self, tool_name: str, key: str, owner: str, lease_s: float) -> bool:
         """See :meth:`Ledger.claim_key`; the lease runs on the server's clock.

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 from toolkernel.canonical import canonical_json
-from toolkernel.errors import LedgerError
+from toolkernel.errors import LedgerCorrupted, LedgerError
 from toolkernel.ledger.base import (
     GENESIS_HASH,
     Event,
@@ -36,6 +36,7 @@ __all__ = [
     "Undecoded",
     "Verifier",
     "chain_rows",
+    "indexed_event",
     "readable_runs",
     "row_event",
     "stored_events",
@@ -150,7 +151,23 @@ def _name(run_id: object) -> str:
 
 def _undecodable(run_id: object, seq: object, why: str) -> LedgerError:
     message = f"event {seq} of run {run_id!r} cannot be decoded ({why}); verify the ledger"
-    return LedgerError(message)
+    return LedgerCorrupted(message)
+
+
+def indexed_event(row: tuple[Any, ...], tool_name: str, key: str) -> Event:
+    """The event an idempotency index entry points at, from a row of the index's run id
+    and seq followed by the event's columns (all None when no event is there).
+
+    Raises:
+        LedgerCorrupted: the entry points at no event, or the event cannot be decoded.
+    """
+    entry_run, entry_seq, *event = row
+    if event[0] is None:
+        raise LedgerCorrupted(
+            f"the idempotency index entry of {tool_name!r} key {key!r} points at seq "
+            f"{entry_seq!r} of run {entry_run!r}, which holds no event; verify the ledger"
+        )
+    return row_event(tuple(event))
 
 
 def _misstored(row: tuple[Any, ...]) -> str | None:
@@ -233,6 +250,9 @@ class Verifier:
         # its id (as replay pairs them), so a refused repeat of an open id leaves it open.
         self._open_calls: dict[tuple[str, str], int] = {}
         self._keys: set[tuple[Any, Any]] = set()
+        # The first RESULT stored under each key, as (run_id, seq): a second one means the
+        # key's call ran twice (its entry deleted meanwhile, say), whatever the index says.
+        self._claimed: dict[tuple[Any, Any], tuple[Any, Any]] = {}
         # The entries to check, by the (run_id, seq) of the event they point at.
         self._entries: dict[tuple[Any, Any], list[tuple[Any, Any]]] = {}
         for tool, key, entry_run, seq in index:
@@ -322,8 +342,18 @@ class Verifier:
                 what = f"a {type_} event" if named is None else "a RESULT of another call"
                 self._add(run_id, seq, "index_mismatch", f"{_entry(tool, key)} points at {what}")
         claimed = None if result is None else _claimed_key(result)
-        if claimed is not None and claimed not in self._keys:
+        if claimed is None:
+            return
+        if claimed not in self._keys:
             detail = f"{_entry(*claimed)} is missing: a new call with that key would run again"
+            self._add(run_id, seq, "index_mismatch", detail)
+        first = self._claimed.setdefault(claimed, (run_id, seq))
+        if first != (run_id, seq):
+            tool, key = claimed
+            detail = (
+                f"a second result of tool {tool!r} key {key!r} is recorded (the first is "
+                f"seq {first[1]} of run {first[0]!r}): the key's call ran twice"
+            )
             self._add(run_id, seq, "index_mismatch", detail)
 
     def _check_head(self, run_id: Any, last: Head) -> None:

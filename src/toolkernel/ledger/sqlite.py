@@ -52,6 +52,7 @@ from toolkernel.ledger.rows import (
     Undecoded,
     Verifier,
     chain_rows,
+    indexed_event,
     readable_runs,
     row_event,
     stored_events,
@@ -137,9 +138,11 @@ _ADVANCE_HEAD: Final = (
 )
 _SELECT_HEAD: Final = "SELECT seq, hash FROM heads WHERE run_id = ?"
 _SELECT_INDEX: Final = "SELECT tool_name, key, run_id, seq FROM idempotency"
+# LEFT JOIN: an entry whose event is gone is found, and refused (indexed_event).
 _SELECT_INDEXED: Final = (
-    "SELECT e.run_id, e.seq, e.type, e.at, e.tool_call_id, e.payload, e.prev_hash, e.hash "
-    "FROM idempotency AS i JOIN events AS e ON e.run_id = i.run_id AND e.seq = i.seq "
+    "SELECT i.run_id, i.seq, "
+    "e.run_id, e.seq, e.type, e.at, e.tool_call_id, e.payload, e.prev_hash, e.hash "
+    "FROM idempotency AS i LEFT JOIN events AS e ON e.run_id = i.run_id AND e.seq = i.seq "
     "WHERE i.tool_name = ? AND i.key = ?"
 )
 _INSERT_INDEX: Final = (
@@ -354,11 +357,13 @@ class SqliteLedger(Ledger):
         """The event stored under ``(tool_name, key)``, or ``None``.
 
         Raises:
-            LedgerError: the event could not be read or decoded.
+            LedgerCorrupted: the entry points at no event, or the event cannot be
+                decoded (``ledger verify`` says more).
+            LedgerError: the event could not be read.
         """
         with self._lock, self._translate("read"):
             row = self._live().execute(_SELECT_INDEXED, (tool_name, key)).fetchone()
-            return None if row is None else row_event(row)
+            return None if row is None else indexed_event(row, tool_name, key)
 
     def claim_key(self, tool_name: str, key: str, owner: str, lease_s: float) -> bool:
         """See :meth:`Ledger.claim_key`; the lease runs on this machine's clock.
