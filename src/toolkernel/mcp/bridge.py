@@ -119,7 +119,7 @@ from toolkernel.errors import (
 from toolkernel.kernel import Kernel
 from toolkernel.ledger import EventType, NewEvent
 from toolkernel.lint import Finding, Severity, TextBudget, document_budget, lint_definition
-from toolkernel.mcp.pins import PinStore, PinVerdict, pinned_view
+from toolkernel.mcp.pins import PinStore, PinVerdict, command, pinned_view
 from toolkernel.mcp.sandboxed import SANDBOX_ENV, sandboxed_argv
 from toolkernel.mcp.server_tree import ServerTree
 from toolkernel.mcp.servers import ServerConfig
@@ -1098,7 +1098,11 @@ class McpBridge:
                     _log.warning("%s was refused: %s", _shown(admission.name), _why(admission))
                 events.extend(reported)
                 continue
-            check = self.pins.check(config.name, tool, strict=config.pin == "strict")
+            # A tool that takes the name the model knows another tool of the server by
+            # ("git status" for git_status) is that tool changed: never pinned on sight.
+            renamed = self._renamed(admission)
+            strict = config.pin == "strict" or renamed is not None
+            check = self.pins.check(config.name, tool, strict=strict)
             if check.exposed:
                 self._expose(admission)
                 accepted.append(admission.name)
@@ -1116,9 +1120,13 @@ class McpBridge:
                     )
                 events.extend(reported)
             else:
-                reason = RejectReason(
-                    "PIN_APPROVAL", "a new tool of a strict server awaits approval"
+                why = (
+                    "a new tool of a strict server awaits approval"
+                    if renamed is None
+                    else f"it takes the name {admission.name} that the server's tool "
+                    f"{renamed!r} had, and awaits approval"
                 )
+                reason = RejectReason("PIN_APPROVAL", why)
                 events.extend(self._rejected_event(admission, (reason,)))
         for gone in state.names - seen:
             self._withdraw(gone)
@@ -1126,6 +1134,18 @@ class McpBridge:
         if events:
             self.kernel.ledger.append(self.run_id, events)
         return ServerReport(config.name, True, None, tuple(accepted), tuple(rejected), tuple(held))
+
+    def _renamed(self, admission: Admission) -> str | None:
+        """Another remote name of the server that the model knows by the same name as
+        ``admission`` (routed to now, or pinned), if any."""
+        server, name = admission.server.name, admission.name
+        route = self._routes.get(name)
+        if route is not None and route.remote != admission.remote_name:
+            return route.remote
+        for other in self.pins.pinned(server):
+            if other != admission.remote_name and namespaced(server, other) == name:
+                return other
+        return None
 
     def _admit(self, admission: Admission, seen: set[str]) -> Admission:
         """``admission`` (of the tool alone), unless its name is taken."""
@@ -1181,7 +1201,7 @@ class McpBridge:
             "oldHash": old,
             "newHash": new,
             "exposed": False,
-            "approve": f"toolkernel mcp diff {admission.server.name} {admission.remote_name[:64]}",
+            "approve": command("diff", admission.server.name, admission.remote_name),
         }
         return self._once("changed", admission, payload, EventType.REMOTE_TOOL_CHANGED)
 

@@ -23,6 +23,7 @@ import fcntl
 import json
 import os
 import secrets
+import shlex
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ __all__ = [
     "PinStore",
     "PinVerdict",
     "approve_pin",
+    "command",
     "diff_pins",
     "pinned_view",
 ]
@@ -125,6 +127,10 @@ class PinStore:
         self.version += 1
         return True
 
+    def pinned(self, server: str) -> list[str]:
+        """The names of the server's tools that have an approved pin."""
+        return [tool for tool, entry in self._data.get(server, {}).items() if "hash" in entry]
+
     def get(self, server: str, tool: str) -> Pin | None:
         """The approved pin of a tool, if any."""
         entry = self._data.get(server, {}).get(tool)
@@ -185,7 +191,7 @@ class PinStore:
             if expected is not None and not (len(expected) >= 19 and now.startswith(expected)):
                 raise UsageError(
                     f"the definition of {server}.{tool} awaiting approval is {now}, not "
-                    f"{expected}: run toolkernel mcp diff {server} {tool} again"
+                    f"{expected}: run {command('diff', server, tool)} again"
                 )
             self._approve(server, tool, pending["definition"], pending["hash"])
             self._entry(server, tool).pop("pending", None)
@@ -272,8 +278,14 @@ def diff_pins(store: PinStore, server: str, tool: str) -> str:
     lines = difflib.unified_diff(
         old, new, old_label, f"{label} (pending {str(pending['hash'])[:19]})", lineterm=""
     )
-    approve = f"toolkernel mcp approve {server} {tool} --hash {pending['hash']}"
+    approve = f"{command('approve', server, tool)} --hash {pending['hash']}"
     return "\n".join(lines) + f"\n\nto approve exactly this definition: {approve}\n"
+
+
+def command(verb: str, server: str, tool: str) -> str:
+    """``toolkernel mcp VERB SERVER TOOL`` as a shell line to copy: the names are the
+    server's text, quoted (a tool named ``x;rm -rf ~`` must stay one argument)."""
+    return f"toolkernel mcp {verb} {shlex.quote(server)} {shlex.quote(tool)}"
 
 
 def approve_pin(state_dir: Path, server: str, tool: str, *, expected: str | None = None) -> Pin:
