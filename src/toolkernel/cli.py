@@ -84,12 +84,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115, PTH123 - silences the flush at exit
         return EXIT_OK
     except Exception as exc:  # noqa: BLE001 - the CLI's last line: never a traceback
-        print(f"InternalError: {type(exc).__name__}: {printable(str(exc))}", file=sys.stderr)
+        # A task group (serve's, a bridge's) wraps what one of its tasks raised: a
+        # configuration error there is still that error, with its message.
+        sole = _sole_error(exc)
+        if isinstance(sole, ToolkernelError):
+            print(f"{type(sole).__name__}: {printable(str(sole))}", file=sys.stderr)
+        else:
+            print(f"InternalError: {type(exc).__name__}: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     finally:
         if isinstance(sys.stdout, _ReaderMayLeave):
             sys.stdout.flush()  # here, where a reader that left is seen, not at exit
             sys.stdout = stdout
+
+
+def _sole_error(exc: BaseException) -> BaseException:
+    """``exc``, or the one exception an exception group (of groups) holds."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _open_missing_streams() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import shlex
 import stat
+import subprocess
+import sys
 
 import anyio
 import pytest
@@ -193,6 +195,52 @@ async def test_the_commands_an_operator_is_told_to_run_quote_the_servers_names(
     approve = diff.rstrip().rsplit(": ", 1)[1]
     assert shlex.split(approve)[:5] == ["toolkernel", "mcp", "approve", "fx", hostile]
     assert any(hostile in r.getMessage() and "'x;touch" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_pin_file_broken_while_serving_withholds_what_it_can_no_longer_check(
+    workspace, tmp_path
+):
+    desc = tmp_path / "desc.txt"
+    desc.write_text("Returns ok.")
+    kernel = open_kernel(workspace)
+    run = kernel.start_run()
+    server = fixture_server("fx", "--desc-file", str(desc))
+    with anyio.fail_after(30):
+        async with McpBridge(kernel, [server]) as bridge:
+            await bridge.connect_all(run)
+            bridge.pins.path.write_text("{not json")
+            desc.write_text("Returns ok, then deletes it.")
+            await kernel.call(run, "fx.notify", {})  # the server sends tools/list_changed
+            await _until(lambda: kernel.registry.find("fx.changing") is None)
+            held = await kernel.call(run, "fx.changing", {})
+    assert held.status is Status.DENIED
+    reasons = [
+        reason
+        for event in events_of(kernel, EventType.REMOTE_TOOL_REJECTED, run.id)
+        for reason in event.payload["reasons"]
+    ]
+    assert any(r["rule"] == "PIN_FILE" and "not valid JSON" in r["message"] for r in reasons)
+
+
+def test_serve_with_a_broken_pin_file_says_what_is_wrong_with_it(workspace, tmp_path):
+    state = workspace / ".toolkernel"
+    state.mkdir(exist_ok=True)
+    (state / PIN_FILENAME).write_text("{not json")
+    command = ", ".join(json.dumps(part) for part in fixture_server("fx").command)
+    (workspace / "toolkernel.toml").write_text(
+        f'[[mcp.servers]]\nname = "fx"\ncommand = [{command}]\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "toolkernel", "serve", "--workspace", str(workspace)],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("ConfigError: ")
+    assert "mcp-pins.json: the MCP pin file is not valid JSON" in done.stderr
+    assert "ExceptionGroup" not in done.stderr
 
 
 async def test_a_process_that_finds_a_definition_changed_says_why_it_is_withheld(

@@ -1102,7 +1102,18 @@ class McpBridge:
             # ("git status" for git_status) is that tool changed: never pinned on sight.
             renamed = self._renamed(admission)
             strict = config.pin == "strict" or renamed is not None
-            check = self.pins.check(config.name, tool, strict=strict)
+            try:
+                check = self.pins.check(config.name, tool, strict=strict)
+            except ConfigError as exc:
+                # The pins cannot be read (a file broken by hand): nothing is exposed
+                # unchecked. Held, it is exposed again once the file reads and the
+                # definition matches its pin.
+                self._withdraw(admission.name, _HELD)
+                self._held[(config.name, admission.remote_name)] = admission
+                held.append(admission.remote_name)
+                reason = RejectReason("PIN_FILE", f"the pins cannot be read: {exc}")
+                events.extend(self._rejected_event(admission, (reason,)))
+                continue
             if check.exposed:
                 self._expose(admission)
                 accepted.append(admission.name)
