@@ -243,6 +243,24 @@ def test_serve_with_a_broken_pin_file_says_what_is_wrong_with_it(workspace, tmp_
     assert "ExceptionGroup" not in done.stderr
 
 
+async def test_a_burst_of_list_changed_notifications_costs_a_few_listings(workspace, tmp_path):
+    record = tmp_path / "record.txt"
+    kernel = open_kernel(workspace)
+    run = kernel.start_run()
+    server = fixture_server("fx", "--storm", "300", "--record", str(record))
+    with anyio.fail_after(60):
+        async with McpBridge(kernel, [server]) as bridge:
+            await bridge.connect_all(run)
+            assert (await kernel.call(run, "fx.notify", {})).status is Status.SUCCEEDED
+            listed = -1
+            while listed != (listed := record.read_text().split().count("listed")):
+                await anyio.sleep(0.5)  # until no listing came in for half a second
+            assert (await kernel.call(run, "fx.echo", {"message": "hi"})).status is (
+                Status.SUCCEEDED
+            )
+    assert 2 <= listed <= 30  # the first listing and a few for the burst, not 301
+
+
 async def test_a_process_that_finds_a_definition_changed_says_why_it_is_withheld(
     workspace, tmp_path
 ):

@@ -843,6 +843,9 @@ class _ServerState:
     listed_generation: int = 0
     names: set[str] = field(default_factory=set)
     lock: anyio.Lock = field(default_factory=anyio.Lock)
+    # A refresh asked for by list_changed that has not begun listing yet: it will see
+    # whatever changed meanwhile too, so later notifications add no refresh of their own.
+    refresh_waiting: object | None = None  # a token of the waiting refresh
 
 
 class McpBridge:
@@ -980,7 +983,9 @@ class McpBridge:
 
     async def refresh(self, server: str) -> ServerReport:
         """List ``server``'s tools again and admit, hold or withdraw each."""
-        async with self._states[server].lock:
+        state = self._states[server]
+        async with state.lock:
+            state.refresh_waiting = None  # a change notified from now on needs a new one
             return self._admitted(server, await self._listing(server))
 
     async def _listing(self, server: str) -> _Listing:
@@ -1226,10 +1231,19 @@ class McpBridge:
         return [NewEvent(event, payload)]
 
     async def _refresh_quietly(self, server: str) -> None:
+        """``refresh`` for a server's list_changed: one waiting refresh serves a burst
+        of them (a server that sends thousands makes one or two listings, not one each)."""
+        state = self._states[server]
+        if state.refresh_waiting is not None:
+            return
+        state.refresh_waiting = mine = object()
         try:
             await self.refresh(server)
         except Exception:  # noqa: BLE001 - a background refresh must not end the bridge
             _log.exception("refreshing the tools of MCP server %s failed", server)
+        finally:
+            if state.refresh_waiting is mine:  # it never began (cancelled): not waiting
+                state.refresh_waiting = None
 
     # -- the REMOTE_MCP adapter ------------------------------------------------------
 
