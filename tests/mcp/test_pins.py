@@ -261,6 +261,36 @@ async def test_a_burst_of_list_changed_notifications_costs_a_few_listings(worksp
     assert 2 <= listed <= 30  # the first listing and a few for the burst, not 301
 
 
+async def test_every_withdrawal_and_re_exposure_of_a_definition_is_in_the_ledger(
+    workspace, tmp_path
+):
+    # D1 → D2 (withheld) → D1 (the server went back) → D2 (withheld again) → approved:
+    # a reviewer reading the ledger sees each step, not only the first change.
+    desc = tmp_path / "desc.txt"
+    desc.write_text("Returns ok.")
+    kernel = open_kernel(workspace)
+    run = kernel.start_run()
+    server = fixture_server("fx", "--desc-file", str(desc))
+
+    async def relist(text: str, exposed: bool) -> None:
+        desc.write_text(text)
+        await kernel.call(run, "fx.notify", {})  # the server sends tools/list_changed
+        await _until(lambda: (kernel.registry.find("fx.changing") is not None) is exposed)
+
+    with anyio.fail_after(30):
+        async with McpBridge(kernel, [server]) as bridge:
+            await bridge.connect_all(run)
+            await relist("Returns ok, then deletes it.", exposed=False)
+            await relist("Returns ok.", exposed=True)
+            await relist("Returns ok, then deletes it.", exposed=False)
+            assert await bridge.approve_pin("fx", "changing") is not None
+    changes = [e.payload for e in events_of(kernel, EventType.REMOTE_TOOL_CHANGED, run.id)]
+    assert [c["exposed"] for c in changes] == [False, True, False, True]
+    assert changes[0]["newHash"] == changes[2]["newHash"] == changes[3]["newHash"]
+    assert changes[1]["newHash"] == changes[0]["oldHash"]
+    assert changes[3]["approve"] is None
+
+
 async def test_a_process_that_finds_a_definition_changed_says_why_it_is_withheld(
     workspace, tmp_path
 ):

@@ -1062,7 +1062,23 @@ class McpBridge:
             return False  # another tool took the name meanwhile
         del self._held[key]
         self._expose(admission)  # the kernel tells its listeners: tools changed
+        self.kernel.ledger.append(self.run_id, self._exposed_again(admission))
         return True
+
+    def _exposed_again(self, admission: Admission) -> list[NewEvent]:
+        """REMOTE_TOOL_CHANGED with ``exposed``: a withheld definition is shown again
+        (approved, or the server went back to its pin). A later change is recorded
+        anew, even to a definition recorded before."""
+        name = admission.name
+        self._reported = {seen for seen in self._reported if seen[1] != name}
+        payload = {
+            **_identity(admission),
+            "oldHash": None,
+            "newHash": admission.pin_hash,
+            "exposed": True,
+            "approve": None,
+        }
+        return [NewEvent(EventType.REMOTE_TOOL_CHANGED, payload)]
 
     async def _watch_pins(self) -> None:
         """Until the bridge closes: release held tools approved from outside."""
@@ -1089,7 +1105,8 @@ class McpBridge:
         rejected: list[str] = []
         held: list[str] = []
         seen: set[str] = set()
-        for key in [key for key in self._held if key[0] == config.name]:
+        was_held = {key for key in self._held if key[0] == config.name}
+        for key in was_held:
             del self._held[key]  # held again below if still held; a stale one never returns
         for judgement in judged:
             admission = self._admit(judgement, seen)
@@ -1122,6 +1139,8 @@ class McpBridge:
             if check.exposed:
                 self._expose(admission)
                 accepted.append(admission.name)
+                if (config.name, admission.remote_name) in was_held:
+                    events.extend(self._exposed_again(admission))
                 continue
             self._withdraw(admission.name, _HELD)
             self._held[(config.name, admission.remote_name)] = admission
