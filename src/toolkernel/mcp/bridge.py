@@ -1105,6 +1105,9 @@ class McpBridge:
         rejected: list[str] = []
         held: list[str] = []
         seen: set[str] = set()
+        pinned: dict[str, list[str]] = {}  # the server's pinned remote names, by local name
+        for remote in self.pins.pinned(config.name):
+            pinned.setdefault(namespaced(config.name, remote), []).append(remote)
         was_held = {key for key in self._held if key[0] == config.name}
         for key in was_held:
             del self._held[key]  # held again below if still held; a stale one never returns
@@ -1122,7 +1125,7 @@ class McpBridge:
                 continue
             # A tool that takes the name the model knows another tool of the server by
             # ("git status" for git_status) is that tool changed: never pinned on sight.
-            renamed = self._renamed(admission)
+            renamed = self._renamed(admission, pinned)
             strict = config.pin == "strict" or renamed is not None
             try:
                 check = self.pins.check(config.name, tool, strict=strict)
@@ -1170,17 +1173,15 @@ class McpBridge:
             self.kernel.ledger.append(self.run_id, events)
         return ServerReport(config.name, True, None, tuple(accepted), tuple(rejected), tuple(held))
 
-    def _renamed(self, admission: Admission) -> str | None:
+    def _renamed(self, admission: Admission, pinned: Mapping[str, list[str]]) -> str | None:
         """Another remote name of the server that the model knows by the same name as
-        ``admission`` (routed to now, or pinned), if any."""
-        server, name = admission.server.name, admission.name
+        ``admission`` (routed to now, or pinned: ``pinned`` by local name), if any."""
+        name = admission.name
         route = self._routes.get(name)
         if route is not None and route.remote != admission.remote_name:
             return route.remote
-        for other in self.pins.pinned(server):
-            if other != admission.remote_name and namespaced(server, other) == name:
-                return other
-        return None
+        others = [other for other in pinned.get(name, ()) if other != admission.remote_name]
+        return others[0] if others else None
 
     def _admit(self, admission: Admission, seen: set[str]) -> Admission:
         """``admission`` (of the tool alone), unless its name is taken."""
