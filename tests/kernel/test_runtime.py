@@ -297,61 +297,47 @@ async def test_idempotency_key_survives_a_new_kernel_on_the_same_ledger(
     assert calls.count == {"file.write": 1}
 
 
-async def test_an_index_entry_that_is_not_a_result_fails_the_call_without_running_it(
-    kernel_factory, calls, workspace
-):
-    # Someone edited the ledger's idempotency index to point at the call's REQUEST:
-    # the recorded result cannot be read, and running the tool again could do twice
-    # what the key was there to do once.
-    import sqlite3
-
-    args = {"path": "src/a.py", "text": "x"}
-    kernel = kernel_factory(WRITER)
-    run = kernel.start_run()
-    first = await kernel.call(run, "file.write", args, idempotency_key="k3")
-    [request] = [
-        e
-        for e in kernel.ledger.events(run.id)
-        if e.tool_call_id == first.tool_call_id and e.type is EventType.TOOL_CALL_REQUEST
-    ]
-    with sqlite3.connect(kernel.config.ledger_path) as db:
-        db.execute("UPDATE idempotency SET seq = ?", (request.seq,))
-    again = await kernel.call(run, "file.write", args, idempotency_key="k3")
-    assert (again.status, again.error_code) == (Status.FAILED, ErrorCode.INTERNAL_ERROR)
-    assert calls.count == {"file.write": 1}
-    types = event_types(kernel.ledger.events(run.id), again.tool_call_id)
-    assert types == [EventType.TOOL_CALL_REQUEST, EventType.TOOL_CALL_RESULT]
-
-
 @pytest.mark.parametrize(
     "tamper",
     [
+        # the index entry points at the call's REQUEST
+        "UPDATE idempotency SET seq = :request",
         # the index entry points at an event that is gone (a deleted tail)
-        "DELETE FROM events WHERE run_id = :run AND seq = :seq",
+        "DELETE FROM events WHERE run_id = :run AND seq = :result",
         # the recorded result cannot be decoded
-        "UPDATE events SET payload = CAST(payload AS BLOB) WHERE run_id = :run AND seq = :seq",
+        "UPDATE events SET payload = CAST(payload AS BLOB) WHERE run_id = :run AND seq = :result",
     ],
-    ids=["entry points at no event", "result stored as a blob"],
+    ids=["entry points at a request", "entry points at no event", "result stored as a blob"],
 )
 async def test_a_recorded_result_the_ledger_cannot_vouch_for_fails_the_call_without_running_it(
     kernel_factory, calls, workspace, tamper
 ):
+    # Someone edited the ledger: the recorded result cannot be read, and running the
+    # tool again could do twice what the key was there to do once.
     import sqlite3
 
     args = {"path": "src/a.py", "text": "x"}
     kernel = kernel_factory(WRITER)
     run = kernel.start_run()
     first = await kernel.call(run, "file.write", args, idempotency_key="k5")
-    [result] = [
-        e
-        for e in kernel.ledger.events(run.id)
-        if e.tool_call_id == first.tool_call_id and e.type is EventType.TOOL_CALL_RESULT
-    ]
+    seqs = {
+        e.type: e.seq for e in kernel.ledger.events(run.id) if e.tool_call_id == first.tool_call_id
+    }
     with sqlite3.connect(kernel.config.ledger_path) as db:
-        db.execute(tamper, {"run": run.id, "seq": result.seq})
+        db.execute(
+            tamper,
+            {
+                "run": run.id,
+                "request": seqs[EventType.TOOL_CALL_REQUEST],
+                "result": seqs[EventType.TOOL_CALL_RESULT],
+            },
+        )
     for _ in range(2):  # every repeat, not only the first
-        again = await kernel.call(kernel.start_run(), "file.write", args, idempotency_key="k5")
+        again_run = kernel.start_run()
+        again = await kernel.call(again_run, "file.write", args, idempotency_key="k5")
         assert (again.status, again.error_code) == (Status.FAILED, ErrorCode.INTERNAL_ERROR)
+        types = event_types(kernel.ledger.events(again_run.id), again.tool_call_id)
+        assert types == [EventType.TOOL_CALL_REQUEST, EventType.TOOL_CALL_RESULT]
     assert calls.count == {"file.write": 1}
 
 
