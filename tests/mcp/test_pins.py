@@ -7,6 +7,7 @@ import shlex
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import anyio
 import pytest
@@ -14,9 +15,11 @@ from fixtures.bridge_support import events_of, fixture_server, open_kernel
 
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.errors import ConfigError, UsageError
+from toolkernel.kernel import Kernel
 from toolkernel.ledger import EventType
-from toolkernel.mcp import McpBridge, PinStore, PinVerdict, diff_pins
+from toolkernel.mcp import McpBridge, PinStore, PinVerdict, ServerConfig, diff_pins
 from toolkernel.mcp.pins import PIN_FILENAME
+from toolkernel.run import Run
 
 pytestmark = pytest.mark.anyio
 
@@ -77,6 +80,15 @@ def test_strict_servers_hold_new_tools_until_approved(tmp_path):
     assert store.check("srv", TOOL, strict=True).verdict is PinVerdict.MATCH
 
 
+def changing_fixture(workspace, tmp_path) -> tuple[Path, Kernel, Run, ServerConfig]:
+    """A kernel, a run of it, and the fixture server whose tool ``changing`` has the
+    description in the file returned (rewrite it, then call ``fx.notify``)."""
+    desc = tmp_path / "desc.txt"
+    desc.write_text("Returns ok.")
+    kernel = open_kernel(workspace)
+    return desc, kernel, kernel.start_run(), fixture_server("fx", "--desc-file", str(desc))
+
+
 async def _until(predicate) -> None:
     while not predicate():
         await anyio.sleep(0.01)
@@ -85,11 +97,7 @@ async def _until(predicate) -> None:
 async def test_a_definition_changed_at_list_changed_is_withdrawn_until_approved(
     workspace, tmp_path, caplog
 ):
-    desc = tmp_path / "desc.txt"
-    desc.write_text("Returns ok.")
-    kernel = open_kernel(workspace)
-    run = kernel.start_run()
-    server = fixture_server("fx", "--desc-file", str(desc))
+    desc, kernel, run, server = changing_fixture(workspace, tmp_path)
     with anyio.fail_after(30):
         async with McpBridge(kernel, [server]) as bridge:
             await bridge.connect_all(run)
@@ -200,11 +208,7 @@ async def test_the_commands_an_operator_is_told_to_run_quote_the_servers_names(
 async def test_a_pin_file_broken_while_serving_withholds_what_it_can_no_longer_check(
     workspace, tmp_path
 ):
-    desc = tmp_path / "desc.txt"
-    desc.write_text("Returns ok.")
-    kernel = open_kernel(workspace)
-    run = kernel.start_run()
-    server = fixture_server("fx", "--desc-file", str(desc))
+    desc, kernel, run, server = changing_fixture(workspace, tmp_path)
     with anyio.fail_after(30):
         async with McpBridge(kernel, [server]) as bridge:
             await bridge.connect_all(run)
@@ -266,11 +270,7 @@ async def test_every_withdrawal_and_re_exposure_of_a_definition_is_in_the_ledger
 ):
     # D1 → D2 (withheld) → D1 (the server went back) → D2 (withheld again) → approved:
     # a reviewer reading the ledger sees each step, not only the first change.
-    desc = tmp_path / "desc.txt"
-    desc.write_text("Returns ok.")
-    kernel = open_kernel(workspace)
-    run = kernel.start_run()
-    server = fixture_server("fx", "--desc-file", str(desc))
+    desc, kernel, run, server = changing_fixture(workspace, tmp_path)
 
     async def relist(text: str, exposed: bool) -> None:
         desc.write_text(text)
