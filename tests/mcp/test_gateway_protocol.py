@@ -67,24 +67,6 @@ async def exchange(workspace: Path, sent: bytes, *, last: int | str) -> list[dic
     return await stdio_messages(workspace, sent, until=answered)
 
 
-async def until_stdout_ends(workspace: Path, sent: bytes) -> list[dict[str, Any]]:
-    """What the stdio gateway writes when ``sent`` is all its stdin (then EOF)."""
-    params = stdio_params(workspace)
-    with anyio.fail_after(WAIT_S):
-        async with await anyio.open_process(
-            [params.command, *params.args], env=params.env, cwd=params.cwd
-        ) as process:
-            assert process.stdin is not None
-            assert process.stdout is not None
-            await process.stdin.send(sent)
-            await process.stdin.aclose()
-            written = b""
-            async for chunk in process.stdout:
-                written += chunk
-            assert await process.wait() == 0
-    return [json.loads(line) for line in written.splitlines()]
-
-
 def answers(messages: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
     return {m["id"]: m for m in messages if "id" in m and "method" not in m}
 
@@ -164,7 +146,7 @@ def test_every_request_read_before_stdin_closes_is_answered_as_the_ledger_says(
     }
     lines = [request(2, "tools/list"), request(5, "ping"), request(7, "tools/list")]
     lines += [request(i, "tools/call", {"name": n, "arguments": a}) for i, (n, a) in calls.items()]
-    answered = answers(anyio.run(until_stdout_ends, served, raw(*lines)))
+    answered = answers(anyio.run(stdio_messages, served, raw(*lines)))
     assert set(answered) == set(range(1, 9))
     run_id = answered[2]["result"]["_meta"][RUN_META]
     recorded = {

@@ -204,10 +204,14 @@ class HttpGateway:
 
 
 async def stdio_messages(
-    workspace: Path, sent: bytes, *, until: Callable[[list[dict[str, Any]]], bool]
+    workspace: Path,
+    sent: bytes,
+    *,
+    until: Callable[[list[dict[str, Any]]], bool] | None = None,
 ) -> list[dict[str, Any]]:
     """What the stdio gateway writes for the raw lines ``sent``, up to the first point
-    where ``until`` holds of it (then stdin is closed)."""
+    where ``until`` holds of it (then stdin is closed). Without ``until``, ``sent`` is
+    all its stdin: everything it writes until it exits, which it must do cleanly."""
     params = stdio_params(workspace)
     messages: list[dict[str, Any]] = []
     with anyio.fail_after(WAIT_S):
@@ -217,13 +221,18 @@ async def stdio_messages(
             assert process.stdin is not None
             assert process.stdout is not None
             await process.stdin.send(sent)
+            if until is None:
+                await process.stdin.aclose()
             buffered = b""
             async for chunk in process.stdout:
                 *lines, buffered = (buffered + chunk).split(b"\n")
                 messages.extend(map(json.loads, lines))
-                if until(messages):
+                if until is not None and until(messages):
                     await process.stdin.aclose()
                     return messages
+            if until is None:
+                assert await process.wait() == 0
+                return messages + ([json.loads(buffered)] if buffered.strip() else [])
     raise AssertionError(f"the gateway stopped writing before the awaited answers: {messages}")
 
 
