@@ -19,12 +19,13 @@ import anyio
 import httpx2
 import pytest
 from anthropic import AsyncAnthropic
-from anthropic.types import Message, MessageParam, ToolParam
+from anthropic.types import MessageParam, ToolParam
 from openai import OpenAI
-from openai.types.chat import ChatCompletion, ChatCompletionMessageParam, ChatCompletionToolParam
-from openai.types.responses import FunctionToolParam, Response, ResponseInputParam
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
+from openai.types.responses import FunctionToolParam, ResponseInputParam
 from pydantic import TypeAdapter
 
+from sdk_responses import anthropic_document, chat_document, responses_document
 from toolkernel.kernel import Kernel
 from toolkernel.testing import make_kernel
 
@@ -64,62 +65,6 @@ class Script:
         return httpx2.Response(200, json=self.responses[len(self.requests) - 1])
 
 
-def chat(*calls: tuple[str, str, str], content: str | None = None) -> dict[str, Any]:
-    tool_calls = [
-        {"id": i, "type": "function", "function": {"name": n, "arguments": a}} for i, n, a in calls
-    ]
-    message: dict[str, Any] = {"role": "assistant", "content": content}
-    if tool_calls:
-        message["tool_calls"] = tool_calls
-    document = {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1767225600,
-        "model": "gpt-4.1",
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "finish_reason": "tool_calls" if calls else "stop",
-                "logprobs": None,
-            }
-        ],
-    }
-    ChatCompletion.model_validate(document)  # served as the API would send it
-    return document
-
-
-def responses(*items: dict[str, Any]) -> dict[str, Any]:
-    document = {
-        "id": "resp_1",
-        "object": "response",
-        "created_at": 1767225600,
-        "model": "gpt-5",
-        "output": list(items),
-        "parallel_tool_calls": True,
-        "tool_choice": "auto",
-        "tools": [],
-    }
-    Response.model_validate(document)
-    return document
-
-
-def anthropic_message(*content: dict[str, Any]) -> dict[str, Any]:
-    stop = "tool_use" if any(block["type"] == "tool_use" for block in content) else "end_turn"
-    document = {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-sonnet-4-6",
-        "content": list(content),
-        "stop_reason": stop,
-        "stop_sequence": None,
-        "usage": {"input_tokens": 10, "output_tokens": 10},
-    }
-    Message.model_validate(document)
-    return document
-
-
 def openai_client(script: Script) -> OpenAI:
     return OpenAI(
         api_key="sk-test",
@@ -140,12 +85,12 @@ def run_bounded(function: Callable[..., Any], *args: Any) -> Any:
 def test_the_chat_completions_example_sends_valid_messages_and_returns_the_answer(kernel):
     script = Script(
         [
-            chat(
+            chat_document(
                 ("call_a", "repo__search", '{"query": "def mean"}'),
                 ("call_b", "file__read", '{"path": "src/stats.py"}'),
             ),
-            chat(("call_c", "file__read", '{"path": "src/stats.py", "endLine": ')),
-            chat(content="mean() is in src/stats.py."),
+            chat_document(("call_c", "file__read", '{"path": "src/stats.py", "endLine": ')),
+            chat_document(content="mean() is in src/stats.py."),
         ]
     )
     answer = run_bounded(example()["run_task_chat"], openai_client(script), kernel, TASK)
@@ -184,7 +129,7 @@ def test_the_responses_example_sends_valid_input_items_and_returns_the_answer(ke
         "status": "completed",
         "content": [{"type": "output_text", "text": "It is in src/stats.py.", "annotations": []}],
     }
-    script = Script([responses(reasoning, call), responses(answer_item)])
+    script = Script([responses_document(reasoning, call), responses_document(answer_item)])
 
     answer = run_bounded(example()["run_task_responses"], openai_client(script), kernel, TASK)
 
@@ -204,7 +149,7 @@ def test_the_responses_example_sends_valid_input_items_and_returns_the_answer(ke
 def test_the_async_anthropic_example_sends_valid_messages_and_returns_the_answer(kernel):
     script = Script(
         [
-            anthropic_message(
+            anthropic_document(
                 {"type": "text", "text": "Looking."},
                 {
                     "type": "tool_use",
@@ -219,7 +164,7 @@ def test_the_async_anthropic_example_sends_valid_messages_and_returns_the_answer
                     "input": {"argv": ["ls"]},
                 },
             ),
-            anthropic_message({"type": "text", "text": "Found it."}),
+            anthropic_document({"type": "text", "text": "Found it."}),
         ]
     )
     client = AsyncAnthropic(

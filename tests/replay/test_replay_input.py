@@ -9,63 +9,23 @@ from typing import Any
 
 import pytest
 
+from sdk_responses import anthropic_document, chat_document, responses_document
 from toolkernel.codes import ErrorCode
 from toolkernel.errors import ConfigError
 from toolkernel.replay_cli import EXIT_INVALID_INPUT, EXIT_OK, run_replay
 
-CHAT = {
-    "id": "chatcmpl-1",
-    "object": "chat.completion",
-    "created": 1767225600,
-    "model": "gpt-4.1",
-    "choices": [
-        {
-            "index": 0,
-            "finish_reason": "tool_calls",
-            "logprobs": None,
-            "message": {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": "call_chat",
-                        "type": "function",
-                        "function": {"name": "file__read", "arguments": '{"path": "notes.md"}'},
-                    }
-                ],
-            },
-        }
-    ],
-}
-RESPONSES = {
-    "id": "resp_1",
-    "object": "response",
-    "created_at": 1767225600,
-    "model": "gpt-5",
-    "output": [
-        {
-            "type": "function_call",
-            "call_id": "call_resp",
-            "name": "file__read",
-            "arguments": '{"path": "notes.md"}',
-        }
-    ],
-    "parallel_tool_calls": True,
-    "tool_choice": "auto",
-    "tools": [],
-}
-ANTHROPIC = {
-    "id": "msg_1",
-    "type": "message",
-    "role": "assistant",
-    "model": "claude-sonnet-4-6",
-    "content": [
-        {"type": "tool_use", "id": "toolu_1", "name": "file__read", "input": {"path": "notes.md"}}
-    ],
-    "stop_reason": "tool_use",
-    "stop_sequence": None,
-    "usage": {"input_tokens": 1, "output_tokens": 1},
-}
+CHAT = chat_document(("call_chat", "file__read", '{"path": "notes.md"}'))
+RESPONSES = responses_document(
+    {
+        "type": "function_call",
+        "call_id": "call_resp",
+        "name": "file__read",
+        "arguments": '{"path": "notes.md"}',
+    }
+)
+ANTHROPIC = anthropic_document(
+    {"type": "tool_use", "id": "toolu_1", "name": "file__read", "input": {"path": "notes.md"}}
+)
 FINAL = {**ANTHROPIC, "content": [{"type": "text", "text": "Done."}], "stop_reason": "end_turn"}
 
 

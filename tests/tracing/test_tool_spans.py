@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from sdk_responses import chat
 from toolkernel.calls import ToolCallRequest, ToolCallResult
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.ledger import EventType
@@ -138,34 +139,7 @@ def test_current_traceparent_is_the_active_spans_and_none_without_one(provider):
 
 
 def test_the_agent_loop_stamps_calls_with_the_current_trace(tmp_path, provider):
-    from openai.types.chat import ChatCompletion
-
-    completion = ChatCompletion.model_validate(
-        {
-            "id": "chatcmpl-1",
-            "object": "chat.completion",
-            "created": 1767225600,
-            "model": "gpt-4.1",
-            "choices": [
-                {
-                    "index": 0,
-                    "finish_reason": "tool_calls",
-                    "logprobs": None,
-                    "message": {
-                        "role": "assistant",
-                        "content": None,
-                        "tool_calls": [
-                            {
-                                "id": "call_1",
-                                "type": "function",
-                                "function": {"name": "memory__read", "arguments": "{}"},
-                            }
-                        ],
-                    },
-                }
-            ],
-        }
-    )
+    completion = chat(("call_1", "memory__read", "{}"))
     with make_kernel(tmp_path / "ws") as kernel:
         run = kernel.start_run()
         loop = AgentLoop(kernel, run, "openai-chat")
