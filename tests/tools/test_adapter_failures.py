@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tool_support import exposing_all
 
 from toolkernel.codes import ErrorCode, Status, safe_message
 from toolkernel.kernel import Kernel
@@ -24,13 +25,7 @@ from toolkernel.tools import adapter as adapter_module
 
 pytestmark = pytest.mark.anyio
 
-CONFIG = """
-[run]
-profile = "developer"
-
-[[exposure]]
-tools = ["*"]
-"""
+CONFIG = exposing_all("developer")
 ADAPTER_LOG = "toolkernel.tools.adapter"
 
 

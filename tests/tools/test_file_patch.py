@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tool_support import exposing_all
 
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.testing import make_kernel
@@ -17,13 +18,7 @@ from toolkernel.tools.diffs import PatchError, _git_path, apply_unified_diff, pa
 
 pytestmark = pytest.mark.anyio
 
-CONFIG = """
-[run]
-profile = "workspace-write"
-
-[[exposure]]
-tools = ["*"]
-"""
+CONFIG = exposing_all("workspace-write")
 
 ORIGINAL = "def greet():\n    return 'hello'\n\n\ndef part():\n    return 1\n"
 

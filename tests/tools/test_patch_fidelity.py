@@ -18,7 +18,7 @@ import anyio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tool_support import call_while_stuck, with_timeout
+from tool_support import call_while_stuck, exposing_all, with_timeout
 
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.testing import make_kernel
@@ -28,13 +28,7 @@ from toolkernel.tools.diffs import apply_unified_diff, parse_unified_diff
 
 pytestmark = pytest.mark.anyio
 
-CONFIG = """
-[run]
-profile = "workspace-write"
-
-[[exposure]]
-tools = ["*"]
-"""
+CONFIG = exposing_all("workspace-write")
 
 # Every character str.splitlines breaks at, besides "\n" and "\r".
 SPLITLINES_BREAKS = "\f\v\x1c\x1d\x1e\x85\u2028\u2029"

@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 import pytest
-from tool_support import call_while_stuck, with_timeout
+from tool_support import call_while_stuck, exposing_all, with_timeout
 
 from toolkernel.artifacts import ArtifactStore
 from toolkernel.cancel import CancellationToken
@@ -25,13 +25,7 @@ from toolkernel.tools.verifier import parse_junit
 
 pytestmark = pytest.mark.anyio
 
-CONFIG = """
-[run]
-profile = "developer"
-
-[[exposure]]
-tools = ["*"]
-"""
+CONFIG = exposing_all("developer")
 
 PASSWORD = "S3cr3t-P4ss-2024-Vx9-long-passphrase"
 

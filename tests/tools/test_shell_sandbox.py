@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
+from tool_support import exposing_all
 
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.context import ToolContext
@@ -32,13 +33,7 @@ from toolkernel.tools import (
 
 pytestmark = pytest.mark.anyio
 
-CONFIG = """
-[run]
-profile = "developer"
-
-[[exposure]]
-tools = ["*"]
-"""
+CONFIG = exposing_all("developer")
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from typing import Any
 
 import anyio
 import pytest
+from tool_support import exposing_all
 
 from toolkernel.calls import ToolCallResult
 from toolkernel.codes import ErrorCode, Status
@@ -20,13 +21,7 @@ from toolkernel.tools.verifier import MAX_REPORT_BYTES, parse_junit, parse_pytes
 
 pytestmark = pytest.mark.anyio
 
-CONFIG = """
-[run]
-profile = "developer"
-
-[[exposure]]
-tools = ["*"]
-"""
+CONFIG = exposing_all("developer")
 
 FAILING = textwrap.dedent(
     """\

@@ -13,6 +13,11 @@ from toolkernel.calls import ToolCallResult
 from toolkernel.functions import FunctionTool
 
 
+def exposing_all(profile: str) -> str:
+    """A toolkernel.toml that runs under ``profile`` and shows the model every tool."""
+    return f'[run]\nprofile = "{profile}"\n\n[[exposure]]\ntools = ["*"]\n'
+
+
 def with_timeout(tool: FunctionTool, timeout_ms: int) -> FunctionTool:
     """``tool`` with another timeout."""
     definition = dataclasses.replace(tool.definition, timeout_ms=timeout_ms)
