@@ -37,6 +37,16 @@ def request(n: int) -> NewEvent:
     return NewEvent(EventType.TOOL_CALL_REQUEST, {"n": n}, f"c{n}")
 
 
+def altered_ledger(tmp_path: Path, sql: str) -> Path:
+    """A ledger with one event, then changed by another program with ``sql``."""
+    path = tmp_path / "ledger.db"
+    with SqliteLedger(path) as ledger:
+        ledger.append("run-1", [request(1)])
+    with sqlite3.connect(path) as conn:
+        conn.execute(sql)
+    return path
+
+
 def test_a_foreign_database_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
     path = foreign_database(tmp_path / "app.db")
     with pytest.raises(LedgerError, match="not a toolkernel ledger") as refused:
@@ -47,11 +57,7 @@ def test_a_foreign_database_is_refused_and_left_as_it_was(tmp_path: Path) -> Non
 
 
 def test_a_ledger_another_application_added_a_table_to_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "ledger.db"
-    with SqliteLedger(path) as ledger:
-        ledger.append("run-1", [request(1)])
-    with sqlite3.connect(path) as conn:
-        conn.execute("CREATE TABLE notes (text TEXT)")
+    path = altered_ledger(tmp_path, "CREATE TABLE notes (text TEXT)")
     with pytest.raises(LedgerError, match=r"other tables \(notes\)"):
         SqliteLedger(path)
 
@@ -69,11 +75,7 @@ def test_a_missing_or_empty_file_still_becomes_a_ledger(tmp_path: Path, present:
 
 
 def test_sqlites_own_tables_do_not_make_a_ledger_foreign(tmp_path: Path) -> None:
-    path = tmp_path / "ledger.db"
-    with SqliteLedger(path) as ledger:
-        ledger.append("run-1", [request(1)])
-    with sqlite3.connect(path) as conn:
-        conn.execute("ANALYZE")  # creates sqlite_stat1
+    path = altered_ledger(tmp_path, "ANALYZE")  # creates sqlite_stat1
     assert "sqlite_stat1" in tables(path)
     with SqliteLedger(path) as reopened:
         reopened.append("run-1", [request(2)])
@@ -81,11 +83,7 @@ def test_sqlites_own_tables_do_not_make_a_ledger_foreign(tmp_path: Path) -> None
 
 
 def test_an_older_ledger_without_the_claims_table_is_still_opened(tmp_path: Path) -> None:
-    path = tmp_path / "ledger.db"
-    with SqliteLedger(path) as ledger:
-        ledger.append("run-1", [request(1)])
-    with sqlite3.connect(path) as conn:
-        conn.execute("DROP TABLE idempotency_claims")
+    path = altered_ledger(tmp_path, "DROP TABLE idempotency_claims")
     with SqliteLedger(path) as reopened:
         reopened.append("run-1", [request(2)])
         assert [e.seq for e in reopened.events("run-1")] == [1, 2]
