@@ -39,17 +39,22 @@ _second_cache: tuple[int, str] = (-1, "")
 
 def timestamp() -> str:
     """Now, as ISO-8601 UTC with microseconds (the ledger's clock format)."""
-    global _second_cache
     now_us = time.time_ns() // 1_000
-    second, micro = divmod(now_us, 1_000_000)
     # One read of the cache, so a thread that refreshes it meanwhile cannot pair this
     # second's microseconds with another second's date.
     cached = _second_cache
-    if cached[0] != second:
-        # Formatting the date is the expensive part; it changes once a second.
-        cached = (second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
-        _second_cache = cached
-    return f"{cached[1]}.{micro:06d}Z"
+    if cached[0] != now_us // 1_000_000:
+        cached = _new_second(now_us // 1_000_000)
+    # The microseconds zero-padded by slicing: a third cheaper than a format spec.
+    return f"{cached[1]}{str(now_us % 1_000_000 + 1_000_000)[1:]}Z"
+
+
+def _new_second(second: int) -> tuple[int, str]:
+    """Formatting the date is the expensive part; it changes once a second."""
+    global _second_cache
+    cached = (second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S."))
+    _second_cache = cached
+    return cached
 
 
 # new_id takes its random bits from a pool read from the OS in one go: os.urandom
