@@ -35,7 +35,7 @@ from toolkernel.canonical import canonical_json
 from toolkernel.codes import ErrorCode, Status, safe_message
 from toolkernel.dispatch import Outcome
 from toolkernel.errors import UsageError
-from toolkernel.redaction import Redactor
+from toolkernel.redaction import Redactor, new_counts
 from toolkernel.registry import RegisteredTool
 
 __all__ = [
@@ -67,7 +67,7 @@ class Finishing:
     redactor: Redactor
     redactions: list[RedactionNotice] = field(default_factory=list)
     encoded: bytes | None = None
-    clipped: Counter[str] = field(default_factory=Counter)
+    clipped: Counter[str] = field(default_factory=new_counts)
 
 
 Processor = Callable[[Outcome, Finishing], Outcome]
@@ -238,7 +238,7 @@ def artifactize(outcome: Outcome, fin: Finishing) -> Outcome:
 def redact(outcome: Outcome, fin: Finishing) -> Outcome:
     """Mask secrets and host paths in everything the model will see."""
     redactor = fin.redactor
-    counts: Counter[str] = Counter()
+    counts = new_counts()
     outcome.message = redactor.redact(outcome.message, counts)
     if counts:
         fin.redactions.extend(redaction_notices(counts, "safeMessage"))
