@@ -753,30 +753,17 @@ class Kernel:
                         run.concluded(admission.tool_call_id)
                     admissions.append(admission)
                 finished: list[_Finished | None] = [None] * len(admissions)
-
-                async def execute(index: int, admitted: _Admitted | _Duplicate) -> None:
-                    if isinstance(admitted, _Duplicate):
-                        if not admitted.in_batch:
-                            admitted.cancelled = await _await_original(run, admitted)
-                        return
-                    await run.acquire_read_slot()
-                    try:
-                        outcome = await self._execute(run, admitted, on_progress)
-                    finally:
-                        run.reads.release()
-                    # Finished at once, not with the batch: a duplicate of its key that
-                    # waits in another batch may be what that batch waits for.
-                    finished[index] = self._finish(admitted, outcome)
-
                 pending = [
                     (i, a) for i, a in enumerate(admissions) if not isinstance(a, ToolCallResult)
                 ]
                 if len(pending) == 1:
-                    await execute(*pending[0])
+                    await self._run_admitted(run, *pending[0], finished, on_progress)
                 elif pending:
                     async with anyio.create_task_group() as group:
                         for index, admitted in pending:
-                            group.start_soon(execute, index, admitted)
+                            group.start_soon(
+                                self._run_admitted, run, index, admitted, finished, on_progress
+                            )
                 results = [
                     self._conclude(run, admission, finished[i], journal)
                     for i, admission in enumerate(admissions)
@@ -809,6 +796,29 @@ class Kernel:
             return results
         finally:
             self._leave(run)
+
+    async def _run_admitted(
+        self,
+        run: Run,
+        index: int,
+        admitted: _Admitted | _Duplicate,
+        finished: list[_Finished | None],
+        on_progress: ProgressListener | None,
+    ) -> None:
+        """Execute and finish an admitted call into ``finished[index]``; a duplicate of
+        a key running in another batch waits for that call instead."""
+        if isinstance(admitted, _Duplicate):
+            if not admitted.in_batch:
+                admitted.cancelled = await _await_original(run, admitted)
+            return
+        await run.acquire_read_slot()
+        try:
+            outcome = await self._execute(run, admitted, on_progress)
+        finally:
+            run.reads.release()
+        # Finished at once, not with the batch: a duplicate of its key that waits in
+        # another batch may be what that batch waits for.
+        finished[index] = self._finish(admitted, outcome)
 
     # -- the pipeline ----------------------------------------------------------------
 
