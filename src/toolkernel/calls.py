@@ -297,19 +297,19 @@ class ToolCallResult:
             "errorCode": str(self.error_code) if self.error_code else None,
             "safeMessage": self.safe_message,
             "structuredOutput": self.structured_output,
-            "artifacts": [ref.to_dict() for ref in self.artifacts],
+            "artifacts": [ref.to_dict() for ref in self.artifacts] if self.artifacts else [],
             "retryable": self.retryable,
         }
 
     def to_dict(self) -> dict[str, Any]:
         """Everything, for the ledger."""
         data = self.projection()
-        data.update(
-            usage=self.usage.to_dict(),
-            startedAt=self.started_at,
-            finishedAt=self.finished_at,
-            redactions=[notice.to_dict() for notice in self.redactions],
-        )
+        # Set one by one, and an empty list without a comprehension: once per call.
+        data["usage"] = self.usage.to_dict()
+        data["startedAt"] = self.started_at
+        data["finishedAt"] = self.finished_at
+        redactions = self.redactions
+        data["redactions"] = [notice.to_dict() for notice in redactions] if redactions else []
         return data
 
     @classmethod
