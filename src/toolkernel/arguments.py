@@ -24,7 +24,7 @@ DEFAULT_MAX_DEPTH: Final = 32
 MAX_NUMBER_DIGITS: Final = 100
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one a call, and a frozen init costs twice as much
 class ParsedArguments:
     """A JSON object ready for validation, with its canonical hash."""
 
