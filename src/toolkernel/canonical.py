@@ -72,9 +72,27 @@ def canonical_json(value: Any) -> bytes:
     except TypeError:  # orjson.JSONEncodeError is a TypeError
         pass
     else:
-        if not _odd_float(fast) and _same(orjson.loads(fast), value):
+        if _exact(value) or (not _odd_float(fast) and _same(orjson.loads(fast), value)):
             return fast
     return _ENCODER.encode(value).encode("utf-8")
+
+
+_EXACT: Final = frozenset((str, int, bool, type(None)))
+
+
+def _exact(value: Any) -> bool:
+    """Whether ``value`` is a str, int, bool or None, or a dict of them under str keys:
+    what orjson, having accepted it, wrote as the standard encoder does (no float, no
+    subclass, nothing to tell apart by decoding). Most arguments and outputs are."""
+    kind = type(value)
+    if kind in _EXACT:
+        return True
+    if kind is not dict:
+        return False
+    for key, item in value.items():
+        if type(key) is not str or type(item) not in _EXACT:
+            return False
+    return True
 
 
 def plain_json(value: Any) -> bytes:
