@@ -1683,6 +1683,12 @@ def _storable(call: ToolCall) -> ToolCall:
         if not isinstance(text, str):
             # The caller's mistake, not the model's: nothing is recorded or run.
             raise TypeError(f"ToolCall.{name} must be a string, not {type(text).__name__}")
+        if (
+            text.isascii()
+            and "\0" not in text
+            and (name != "tool_name" or len(text) <= _MAX_TOOL_NAME)
+        ):
+            continue  # stored as it is: nearly every field of nearly every call
         stored = utf8_text(text.replace("\0", "\\x00"))  # no database text holds NUL
         if name == "tool_name" and len(stored) > _MAX_TOOL_NAME:
             # No tool has such a name: recorded cut, it is refused as unknown all the

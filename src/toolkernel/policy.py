@@ -327,6 +327,8 @@ def _stand(policy: Policy, d: ToolDefinition, ctx: RunContext) -> _Standing:
 
 def rate_keys(policy: Policy, tool_name: str) -> list[str]:
     """The rate-limit patterns a call of ``tool_name`` counts against."""
+    if not policy.rate_limits:
+        return []
     return [pattern for pattern in policy.rate_limits if fnmatchcase(tool_name, pattern)]
 
 
