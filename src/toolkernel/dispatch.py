@@ -363,7 +363,7 @@ async def _attempt(
     if token.cancelled:  # cancelled before this attempt could start: the tool never runs
         return _from_code(token.reason or ErrorCode.USER_CANCELLED, tool=name)
     try:
-        # The task itself, not sniffio's name for the library: a third of its cost.
+        # sniffio's marks and the task, without the rest of its lookup: a third of its cost.
         task = _asyncio_task()
         if task is not None:
             output = await _guarded_asyncio(task, adapter, invocation, token, timeout_s)
@@ -526,8 +526,16 @@ class _TaskWatch:
 
 
 def _asyncio_task() -> asyncio.Task[Any] | None:
-    """The asyncio task this runs in; None under another library (trio), or outside
-    any task (only the generic scope can help then)."""
+    """The asyncio task this runs in, where sniffio would say "asyncio"; None under
+    another library, or outside any task (only the generic scope can help then).
+
+    The library's own mark is read first, as sniffio does: trio run from inside an
+    asyncio task (``trio.run`` in a notebook cell) has that task around it, which is
+    not the one to cancel, and whose loop is not the one running.
+    """
+    named = sniffio.thread_local.name or sniffio.current_async_library_cvar.get()
+    if named is not None and named != "asyncio":
+        return None
     try:
         return asyncio.current_task()
     except RuntimeError:  # no asyncio event loop runs in this thread
