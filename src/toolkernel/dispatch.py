@@ -333,7 +333,7 @@ def _set_exception(future: asyncio.Future[Any], exc: BaseException) -> None:
 
 async def dispatch(adapter: Adapter, invocation: Invocation, token: CancellationToken) -> Outcome:
     """Run the call with its timeout, cancellation token and retry policy."""
-    definition = invocation.tool.definition
+    definition, name = invocation.tool.definition, invocation.tool.name
     retry = definition.retry
     started = time.perf_counter()
     attempt = 0
@@ -342,12 +342,17 @@ async def dispatch(adapter: Adapter, invocation: Invocation, token: Cancellation
         attempt += 1
         outcome = await _attempt(adapter, invocation, token, definition.timeout_ms / 1000)
         history.append(str(outcome.code) if outcome.code else None)
-        if outcome.status is Status.SUCCEEDED or attempt >= retry.attempts or token.cancelled:
+        if outcome.status is Status.SUCCEEDED or attempt >= retry.attempts:
             break
         may_retry = outcome.code in retry.on or (definition.idempotent and outcome.retryable)
         if not may_retry:
             break
-        if await _backoff(retry.delay_s(attempt), token):
+        if token.cancelled or await _backoff(retry.delay_s(attempt), token):
+            # Stopped before the retry it was due (cancelled, the budget spent, the
+            # runtime closing): the call ends cancelled, for the token's reason, not
+            # with the failure it would have retried, which would invite a retry.
+            outcome = _from_code(token.reason or ErrorCode.USER_CANCELLED, tool=name)
+            outcome.internal["attemptCodes"] = history
             break
     outcome.attempts = attempt
     if attempt > 1:

@@ -262,6 +262,54 @@ async def test_non_idempotent_tool_is_retried_only_on_listed_codes(kernel_factor
     assert len(attempts) == 1
 
 
+@pytest.mark.parametrize(
+    ("stop", "reason"),
+    [
+        (lambda run: run.cancel_call("slow-1", ErrorCode.SUPERSEDED), ErrorCode.SUPERSEDED),
+        (lambda run: run.cancel(ErrorCode.BUDGET_EXHAUSTED), ErrorCode.BUDGET_EXHAUSTED),
+    ],
+)
+async def test_a_call_stopped_while_it_waits_to_retry_ends_cancelled_not_failed(
+    kernel_factory, stop, reason
+):
+    """Its last attempt timed out, which is retryable: ending with that would tell the
+    model to try again a call the user cancelled or the budget stopped."""
+    stopped_attempts = []
+
+    @tool(
+        "net.slow", idempotent=True, timeout_ms=100, retry=RetryPolicy(attempts=5, backoff_ms=5_000)
+    )
+    async def slow() -> str:
+        """Answer late."""
+        try:
+            await anyio.sleep(30)
+        finally:
+            stopped_attempts.append(1)
+        return "late"
+
+    kernel = kernel_factory()
+    kernel.register(slow)
+    run = kernel.start_run()
+    results: list[ToolCallResult] = []
+
+    async def call() -> None:
+        results.append(await kernel.call(run, "net.slow", {}, tool_call_id="slow-1"))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(call)
+        while not stopped_attempts:  # the first attempt has timed out: the wait begins
+            await anyio.sleep(0.01)
+        stop(run)
+
+    [result] = results
+    assert (result.status, result.error_code) == (Status.CANCELLED, reason)
+    assert not result.retryable
+    assert result.usage.attempts == 1
+    recorded = kernel.ledger.events(run.id)[-1].payload
+    assert recorded["result"]["errorCode"] == str(reason)
+    assert recorded["internal"]["attemptCodes"] == ["TIMEOUT"]
+
+
 WRITER = """
 [run]
 profile = "workspace-write"
