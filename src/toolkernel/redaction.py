@@ -660,7 +660,7 @@ def _encoded_forms(value: str) -> set[str]:
     """``value`` as it may appear in output: plain, URL-encoded, base64 (any offset), and
     inside a string literal as JSON (``json.dumps``, jq; PHP also escapes "/") or a
     Python repr (a printed dict, an assertion message) writes it."""
-    forms = {value, urllib.parse.quote(value, safe=""), urllib.parse.quote_plus(value)}
+    forms = {value} | _url_encoded_forms(value)
     as_json = json.dumps(value)[1:-1]
     forms |= {
         as_json,
@@ -679,6 +679,22 @@ def _encoded_forms(value: str) -> set[str]:
         forms.add(core)
         forms.add(core.replace("+", "-").replace("/", "_"))
     return {f for f in forms if len(f) >= _MIN_KNOWN}
+
+
+# What URL encoders leave unescaped besides letters, digits and "_.-~": nothing
+# (quote(safe="")), "/" (Python's quote() by default), "!*'()" (JavaScript's
+# encodeURIComponent); quote_plus and form encoding also write spaces as "+".
+_URL_SAFE_SETS: Final = ("", "/", "!*'()")
+_PERCENT_HEX: Final = re.compile(r"%[0-9A-F]{2}")
+
+
+def _url_encoded_forms(value: str) -> set[str]:
+    """``value`` as common URL encoders write it, with upper- and lowercase hex."""
+    forms = set()
+    for safe in _URL_SAFE_SETS:
+        forms.add(urllib.parse.quote(value, safe=safe))
+        forms.add(urllib.parse.quote_plus(value, safe=safe))
+    return forms | {_PERCENT_HEX.sub(lambda m: m[0].lower(), form) for form in forms}
 
 
 def _mask_traces(text: str, counts: Counter[str]) -> str:

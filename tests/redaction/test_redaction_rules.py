@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import urllib.parse
 from collections import Counter
 from pathlib import Path
@@ -120,6 +121,31 @@ def test_known_secret_is_masked_plain_url_encoded_and_base64(tmp_path):
     assert urllib.parse.quote(secret, safe="") not in out
     assert basic not in out
     assert counts["known-secret"] >= 2
+
+
+def _lower_hex(text: str) -> str:
+    return re.sub(r"%[0-9A-F]{2}", lambda m: m[0].lower(), text)
+
+
+@pytest.mark.parametrize(
+    "encode",
+    [
+        pytest.param(lambda v: urllib.parse.quote(v), id="quote, '/' kept (Python's default)"),
+        pytest.param(lambda v: urllib.parse.quote(v, safe=""), id="quote, nothing kept"),
+        pytest.param(lambda v: urllib.parse.quote_plus(v), id="quote_plus"),
+        pytest.param(lambda v: urllib.parse.urlencode({"t": v})[2:], id="urlencode"),
+        pytest.param(lambda v: urllib.parse.quote(v, safe="!*'()"), id="encodeURIComponent"),
+        pytest.param(lambda v: _lower_hex(urllib.parse.quote(v, safe="")), id="lowercase hex"),
+        pytest.param(lambda v: _lower_hex(urllib.parse.quote(v)), id="lowercase hex, '/' kept"),
+    ],
+)
+def test_known_secret_is_masked_in_every_common_url_encoding(tmp_path, encode):
+    secret = "Zq9xWv3KpL0mNt7RsB2y/+=&'(x) y"
+    redactor = Redactor(tmp_path, secrets=[secret])
+    encoded = encode(secret)
+    out, counts = redacted(redactor, f"GET https://api.example.com/v1?token={encoded}&page=2")
+    assert encoded not in out
+    assert counts["known-secret"] == 1
 
 
 @pytest.mark.parametrize(
