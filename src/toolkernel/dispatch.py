@@ -323,12 +323,18 @@ def _set_result(future: asyncio.Future[Any], value: Any) -> None:
 def _set_exception(future: asyncio.Future[Any], exc: BaseException) -> None:
     if future.done():
         return
-    if isinstance(exc, StopIteration):
-        # A future refuses StopIteration; the awaiting task would never wake.
-        wrapped = RuntimeError("the tool raised StopIteration")
+    if isinstance(exc, _NOT_HANDED_ON):
+        # A future refuses StopIteration (the awaiting task would never wake). A Ctrl-C
+        # never lands in a worker thread, so a KeyboardInterrupt or GeneratorExit from
+        # one is the tool's own; handed on as is, it would stop the caller's loop (an
+        # MCP gateway, with every other call in it).
+        wrapped = _RaisedByTool()
         wrapped.__cause__ = exc
         exc = wrapped
     future.set_exception(exc)
+
+
+_NOT_HANDED_ON: Final = (StopIteration, KeyboardInterrupt, GeneratorExit)
 
 
 async def dispatch(adapter: Adapter, invocation: Invocation, token: CancellationToken) -> Outcome:
@@ -496,7 +502,9 @@ _STOPPED: Any = object()  # the deadline passed or the token cancelled the call
 
 
 class _RaisedByTool(Exception):
-    """The tool's own CancelledError (``__cause__``), which cancelled nothing."""
+    """What the tool raised (``__cause__``) that would pass for something else: a
+    CancelledError that cancelled nothing; a StopIteration, KeyboardInterrupt or
+    GeneratorExit from its worker thread."""
 
 
 async def _guarded(

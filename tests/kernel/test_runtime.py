@@ -1116,6 +1116,31 @@ async def test_a_tool_raising_systemexit_or_a_baseexception_fails_alone(kernel_f
     assert after.status is Status.SUCCEEDED
 
 
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, StopIteration, GeneratorExit])
+async def test_an_interrupt_a_sync_tool_raises_in_its_thread_fails_that_call_alone(
+    kernel_factory, raised
+):
+    """A Ctrl-C never lands in a worker thread: this one is the tool's, and must not
+    stop the caller's event loop (a gateway serving other calls) nor be recorded as a
+    user's cancel. A StopIteration would leave the awaiting task asleep for ever."""
+
+    @tool("odd.interrupt")
+    def interrupt() -> str:
+        """Raise something that is not an Exception."""
+        raise raised
+
+    kernel = kernel_factory()
+    kernel.register(interrupt)
+    run = kernel.start_run()
+    result = await kernel.call(run, "odd.interrupt", {})
+    assert (result.status, result.error_code) == (Status.FAILED, ErrorCode.TOOL_ERROR)
+    assert f"raised {raised.__name__}" in result.safe_message
+    recorded = kernel.ledger.events(run.id)[-1].payload
+    assert raised.__name__ in recorded["internal"]["traceback"]
+    after = await kernel.call(run, "repo.lookup", {"query": "still here"})
+    assert after.status is Status.SUCCEEDED
+
+
 async def test_a_cancelled_error_the_tool_raises_itself_is_a_tool_error(kernel_factory):
     # A library cancelled a future under the tool; nobody cancelled the call. The call
     # fails on its own, and its siblings and the caller are untouched.
