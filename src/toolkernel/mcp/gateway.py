@@ -708,7 +708,7 @@ class _StdioTransport:
 
     async def _read(self) -> None:
         """Until stdin closes: its lines to the server (``_take``), then ``_drain``."""
-        send_line, lines = anyio.create_memory_object_stream[bytes]()
+        send_line, lines = anyio.create_memory_object_stream[bytes | _TooLong]()
         token = anyio.lowlevel.current_token()
         reader = threading.Thread(
             target=_read_stdin,
@@ -720,12 +720,21 @@ class _StdioTransport:
         async with self._send_request, self._send_refusal, lines:
             with suppress(anyio.BrokenResourceError):  # the server stopped reading
                 async for line in lines:
-                    if line is _TOO_LONG:
-                        too_long = f"Invalid Request: longer than {self._max_line:,} bytes"
-                        await self._refuse("", _error_answer(None, types.INVALID_REQUEST, too_long))
+                    if isinstance(line, _TooLong):
+                        await self._refuse("", self._too_long(line.start))
                         continue
                     await self._take(line.decode("utf-8", errors="replace"))
                 await self._drain()
+
+    def _too_long(self, start: bytes) -> types.JSONRPCError:
+        """The refusal of a line over the limit, with the request's id when its start
+        shows one (a client waits for that answer; with a null id it would wait on)."""
+        members = _top_level_members(start.decode("utf-8", errors="replace"))
+        request_id = members.get("id")
+        if isinstance(request_id, bool) or not isinstance(request_id, str | int):
+            request_id = None
+        why = f"Invalid Request: longer than {self._max_line:,} bytes"
+        return _error_answer(request_id, types.INVALID_REQUEST, why)
 
     async def _take(self, line: str) -> None:
         """Pass a line on to the server as a message, or answer it here."""
@@ -794,13 +803,14 @@ still running are cancelled then: only a tool that ignores its cancellation take
 
 def _read_stdin(
     wire: BinaryIO,
-    lines: MemoryObjectSendStream[bytes],
+    lines: MemoryObjectSendStream[bytes | _TooLong],
     token: anyio.lowlevel.EventLoopToken,
     max_line: int,
 ) -> None:
     """A daemon thread's work: stdin's lines, split at "\\n" alone (a binary file's
     lines), into ``lines``; a line longer than ``max_line`` is read past, not kept,
-    and stands as ``_TOO_LONG`` (a client cannot make the server hold gigabytes).
+    and stands as a ``_TooLong`` with its first bytes (a client cannot make the server
+    hold gigabytes).
 
     In an anyio worker thread, a cancellation would wait for it and the interpreter
     join it at exit: while the client kept stdin open, SIGTERM could not stop the
@@ -811,15 +821,23 @@ def _read_stdin(
     with suppress(RuntimeError, CancelledError, anyio.BrokenResourceError, OSError):
         try:
             while line := wire.readline(max_line + 1):
+                item: bytes | _TooLong = line
                 if len(line) > max_line:
                     _skip_line(wire, line)
-                    line = _TOO_LONG
-                anyio.from_thread.run(lines.send, line, token=token)
+                    item = _TooLong(line[:_KEPT_OF_TOO_LONG])
+                anyio.from_thread.run(lines.send, item, token=token)
         finally:  # stdin closed (or broke): the session ends
             anyio.from_thread.run_sync(lines.close, token=token)
 
 
-_TOO_LONG: Final = b"<a line over the limit>"  # compared by identity
+@dataclass(frozen=True)
+class _TooLong:
+    """A line over the limit, read past: its start, where a request's id usually is."""
+
+    start: bytes
+
+
+_KEPT_OF_TOO_LONG: Final = 4096
 _SKIP_CHUNK: Final = 1024 * 1024
 
 
