@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,13 +59,20 @@ def raw(*lines: str) -> bytes:
     return "".join(line + "\n" for line in (*map(json.dumps, RAW_HANDSHAKE), *lines)).encode()
 
 
-async def exchange(workspace: Path, sent: bytes, *, last: int | str) -> list[dict[str, Any]]:
-    """What the stdio gateway writes for ``sent``, up to the answer to request ``last``."""
+async def exchange(
+    workspace: Path,
+    sent: bytes,
+    *,
+    last: int | str,
+    reply: Callable[[dict[str, Any]], bytes | None] | None = None,
+) -> list[dict[str, Any]]:
+    """What the stdio gateway writes for ``sent``, up to the answer to request ``last``
+    (``reply`` as in ``stdio_messages``)."""
 
     def answered(messages: list[dict[str, Any]]) -> bool:
         return any(m.get("id") == last and "method" not in m for m in messages)
 
-    return await stdio_messages(workspace, sent, until=answered)
+    return await stdio_messages(workspace, sent, until=answered, reply=reply)
 
 
 def answers(messages: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
@@ -227,6 +235,26 @@ def test_a_failed_elicitation_is_approval_required_not_a_users_refusal(served: P
         assert recorded["errorCode"] == ErrorCode.APPROVAL_REQUIRED  # the ledger agrees
 
     anyio.run(main)
+
+
+def test_an_unreadable_answer_to_elicitation_ends_the_wait_at_once(served: Path) -> None:
+    """A client that answers elicitation/create with something that is no result (here
+    a string): the SDK cannot read it, and the call waited for its ten-minute limit."""
+    handshake = [dict(RAW_HANDSHAKE[0]), RAW_HANDSHAKE[1]]
+    handshake[0]["params"] = {**handshake[0]["params"], "capabilities": {"elicitation": {}}}
+    call = request(2, "tools/call", {"name": "fixture.erase", "arguments": {"target": "x"}})
+    sent = "".join(f"{line}\n" for line in [*map(json.dumps, handshake), call]).encode()
+
+    def garbage(message: dict[str, Any]) -> bytes | None:
+        if message.get("method") != "elicitation/create":
+            return None
+        return json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": "zzz"}).encode() + b"\n"
+
+    answered = anyio.run(lambda: exchange(served, sent, last=2, reply=garbage))
+    answer = answers(answered)[2]
+    seen = answer["result"]["_meta"][PROJECTION_META]
+    assert (seen["status"], seen["errorCode"]) == (Status.DENIED, ErrorCode.APPROVAL_REQUIRED)
+    assert "elicitation failed" in seen["safeMessage"]
 
 
 class _MalformedAnswers:

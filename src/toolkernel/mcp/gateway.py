@@ -743,7 +743,14 @@ class _StdioTransport:
         try:
             message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
         except ValidationError as exc:
-            await self._refuse(line, _refusal(line, exc))
+            answer = _refusal(line, exc)
+            unreadable = _unreadable_response(line) if answer is None else None
+            if unreadable is not None:
+                # An answer to a request of ours (elicitation/create) that is not one:
+                # passed on as an error answer, so what waits for it ends now.
+                await self._send_request.send(SessionMessage(unreadable))
+                return
+            await self._refuse(line, answer)
             return
         if isinstance(message, types.JSONRPCNotification) and "id" in _top_level_members(line):
             # An "id" MCP does not allow (a fraction, true, null) made the SDK read a
@@ -900,6 +907,22 @@ def _refusal(line: str, error: ValidationError) -> types.JSONRPCError | None:
         request_id = None
     why = _UNREADABLE if unparsed else f"Invalid Request: {_not_a_request(details)}."
     return _error_answer(request_id, types.INVALID_REQUEST, why)
+
+
+def _unreadable_response(line: str) -> types.JSONRPCError | None:
+    """A line the SDK refused that answers a request of the server's (it has an id and
+    a result or an error, and no method), as an error answer to that id; else None."""
+    members = _top_level_members(line)
+    request_id = members.get("id")
+    answers = "result" in members or "error" in members
+    if "method" in members or not answers or isinstance(request_id, bool):
+        return None
+    if not isinstance(request_id, str | int):
+        return None
+    return _error_answer(request_id, types.INVALID_REQUEST, _UNREADABLE_ANSWER)
+
+
+_UNREADABLE_ANSWER: Final = "Invalid Request: the client's answer could not be read"
 
 
 def _not_a_request(details: Sequence[Any]) -> str:

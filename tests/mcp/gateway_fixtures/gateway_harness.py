@@ -208,10 +208,13 @@ async def stdio_messages(
     sent: bytes,
     *,
     until: Callable[[list[dict[str, Any]]], bool] | None = None,
+    reply: Callable[[dict[str, Any]], bytes | None] | None = None,
 ) -> list[dict[str, Any]]:
     """What the stdio gateway writes for the raw lines ``sent``, up to the first point
     where ``until`` holds of it (then stdin is closed). Without ``until``, ``sent`` is
-    all its stdin: everything it writes until it exits, which it must do cleanly."""
+    all its stdin: everything it writes until it exits, which it must do cleanly.
+    ``reply`` gives what to write back to a message the gateway wrote (a request of its
+    own), if anything."""
     params = stdio_params(workspace)
     messages: list[dict[str, Any]] = []
     with anyio.fail_after(WAIT_S):
@@ -226,7 +229,10 @@ async def stdio_messages(
             buffered = b""
             async for chunk in process.stdout:
                 *lines, buffered = (buffered + chunk).split(b"\n")
-                messages.extend(map(json.loads, lines))
+                for message in map(json.loads, lines):
+                    messages.append(message)
+                    if reply is not None and (answer := reply(message)) is not None:
+                        await process.stdin.send(answer)
                 if until is not None and until(messages):
                     await process.stdin.aclose()
                     return messages
