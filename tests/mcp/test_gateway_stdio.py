@@ -33,6 +33,7 @@ from gateway_harness import (
     server_env,
     stdio_answers,
     stdio_client,
+    stdio_messages,
     stdio_params,
     wait_for_result,
 )
@@ -426,6 +427,48 @@ def test_requests_too_deep_or_too_long_for_json_readers_get_an_answer(workspace:
         assert "could not be read" in answers[request_id]["error"]["message"]
     assert 99 not in answers
     assert "result" in answers[5]  # still serving
+
+
+def test_a_second_request_under_an_id_still_open_is_refused(workspace: Path) -> None:
+    """Two calls open under one id could not be told apart by their answers, nor by a
+    cancel: one of them would run on where the client cannot stop it."""
+
+    def call(token: str) -> str:
+        params = {"name": "fixture.wait", "arguments": {}, "_meta": {"progressToken": token}}
+        return json.dumps({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": params})
+
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5}}
+    ping = {"jsonrpc": "2.0", "id": 6, "method": "ping"}
+    sent = "".join(json.dumps(line) + "\n" for line in RAW_HANDSHAKE) + call("first") + "\n"
+    replied: list[str] = []
+
+    def reply(message: dict[str, Any]) -> bytes | None:
+        if message.get("method") == "notifications/progress" and not replied:
+            replied.append("duplicate")  # the first call runs: the same id again
+            return (call("second") + "\n").encode()
+        if message.get("id") == 5 and "error" in message:
+            return (json.dumps(cancel) + "\n" + json.dumps(ping) + "\n").encode()
+        return None
+
+    def pinged(messages: list[dict[str, Any]]) -> bool:
+        return any(m.get("id") == 6 for m in messages)
+
+    messages = anyio.run(
+        lambda: stdio_messages(workspace, sent.encode(), until=pinged, reply=reply)
+    )
+    refused = [m for m in messages if m.get("id") == 5 and "error" in m]
+    assert [m["error"]["code"] for m in refused] == [types.INVALID_REQUEST]
+    assert "in use by a request not answered yet" in refused[0]["error"]["message"]
+    progress = {m["params"]["progressToken"] for m in messages if "method" in m}
+    assert progress == {"first"}  # the second never ran
+    with SqliteLedger(workspace / ".toolkernel" / "ledger.db") as ledger:
+        (run,) = ledger.runs()
+        results = [
+            (e.payload["result"]["status"], e.payload["toolName"])
+            for e in ledger.events(run.run_id)
+            if e.type is EventType.TOOL_CALL_RESULT
+        ]
+    assert results == [(Status.CANCELLED, "fixture.wait")]  # the first, cancelled
 
 
 def test_a_client_that_closes_stdout_stops_the_gateway_cleanly(workspace: Path) -> None:

@@ -37,6 +37,7 @@ import signal
 import socket
 import sys
 import threading
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import CancelledError
 from contextlib import (
@@ -693,7 +694,9 @@ class _StdioTransport:
             SessionMessage | Exception
         ]()
         self._send_refusal = self._send_answer.clone()
-        self._unanswered: set[types.RequestId] = set()
+        # Requests read and not answered, by id: a refused duplicate counts too, as its
+        # refusal is an answer with that id.
+        self._unanswered: Counter[types.RequestId] = Counter()
         self._answer_written = anyio.Event()
 
     async def serve(self, server: Server[Any]) -> None:
@@ -757,6 +760,13 @@ class _StdioTransport:
             # request as a notification, which nobody answers.
             await self._refuse(line, _error_answer(None, types.INVALID_REQUEST, _BAD_ID))
             return
+        if isinstance(message, types.JSONRPCRequest) and message.id in self._unanswered:
+            # Two requests open under one id: the answers and a cancel could not tell
+            # them apart (a call nobody can stop). The second is refused.
+            self._expect_answer(message)
+            why = f"Invalid Request: id {message.id!r} is in use by a request not answered yet"
+            await self._refuse(line, _error_answer(message.id, types.INVALID_REQUEST, why))
+            return
         self._expect_answer(message)
         await self._send_request.send(SessionMessage(message))
 
@@ -769,14 +779,20 @@ class _StdioTransport:
 
     def _expect_answer(self, message: types.JSONRPCMessage) -> None:
         if isinstance(message, types.JSONRPCRequest):
-            self._unanswered.add(message.id)
+            self._unanswered[message.id] += 1
         elif (
             isinstance(message, types.JSONRPCNotification)
             and message.method == "notifications/cancelled"  # never answered (MCP)
         ):
             cancelled = (message.params or {}).get("requestId")
             if isinstance(cancelled, str | int):
-                self._unanswered.discard(cancelled)
+                self._answered(cancelled)
+
+    def _answered(self, request_id: types.RequestId) -> None:
+        if self._unanswered[request_id] > 1:
+            self._unanswered[request_id] -= 1
+        else:
+            self._unanswered.pop(request_id, None)
 
     async def _drain(self) -> None:
         """stdin has closed: cancel the calls still running, and let every request read
@@ -795,7 +811,8 @@ class _StdioTransport:
                 # write(), which must not keep SIGTERM from stopping the server.
                 await in_daemon_thread(self._put, _wire_line(item.message), name="stdout")
                 if isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError):
-                    self._unanswered.discard(item.message.id)
+                    if item.message.id is not None:
+                        self._answered(item.message.id)
                     self._answer_written.set()
 
     def _put(self, line: bytes) -> None:
