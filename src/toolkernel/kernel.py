@@ -161,7 +161,8 @@ class _Admitted:
     inflight: _Inflight | None
     progress: list[NewEvent] = field(default_factory=list)
     progress_dropped: int = 0  # reports past _MAX_PROGRESS_EVENTS
-    started_at: str = ""
+    started_at: str | None = None
+    started: NewEvent | None = None  # its STARTED, taken back if it never starts
 
 
 @dataclass(slots=True)  # not frozen: made once per call, and frozen init costs twice
@@ -270,9 +271,13 @@ class _Journal:
                 except LedgerError as exc:
                     _log.warning("an idempotency key stays claimed until its lease ends: %s", exc)
 
-    def withdraw(self, event: NewEvent) -> None:
-        """Take back an event not stored yet (what it says did not happen)."""
-        self._events = [kept for kept in self._events if kept is not event]
+    def withdraw(self, event: NewEvent) -> bool:
+        """Take back an event not stored yet (what it says did not happen); False when
+        it was stored already."""
+        kept = [pending for pending in self._events if pending is not event]
+        taken = len(kept) < len(self._events)
+        self._events = kept
+        return taken
 
     @property
     def pending(self) -> bool:
@@ -757,12 +762,18 @@ class Kernel:
                     (i, a) for i, a in enumerate(admissions) if not isinstance(a, ToolCallResult)
                 ]
                 if len(pending) == 1:
-                    await self._run_admitted(run, *pending[0], finished, on_progress)
+                    await self._run_admitted(run, *pending[0], finished, on_progress, journal)
                 elif pending:
                     async with anyio.create_task_group() as group:
                         for index, admitted in pending:
                             group.start_soon(
-                                self._run_admitted, run, index, admitted, finished, on_progress
+                                self._run_admitted,
+                                run,
+                                index,
+                                admitted,
+                                finished,
+                                on_progress,
+                                journal,
                             )
                 results = [
                     self._conclude(run, admission, finished[i], journal)
@@ -804,6 +815,7 @@ class Kernel:
         admitted: _Admitted | _Duplicate,
         finished: list[_Finished | None],
         on_progress: ProgressListener | None,
+        journal: _Journal,
     ) -> None:
         """Execute and finish an admitted call into ``finished[index]``; a duplicate of
         a key running in another batch waits for that call instead."""
@@ -811,7 +823,14 @@ class Kernel:
             if not admitted.in_batch:
                 admitted.cancelled = await _await_original(run, admitted)
             return
-        await run.acquire_read_slot()
+        if not await run.acquire_read_slot(admitted.request.tool_call_id):
+            # Cancelled while it waited for a slot: it never starts.
+            call_id, name = admitted.request.tool_call_id, admitted.request.tool_name
+            reason = run.cancelled_before_start(call_id) or ErrorCode.USER_CANCELLED
+            if admitted.started is not None and journal.withdraw(admitted.started):
+                admitted.started_at = None
+            finished[index] = self._finish(admitted, Outcome.from_code(reason, tool=name))
+            return
         try:
             outcome = await self._execute(run, admitted, on_progress)
         finally:
@@ -910,7 +929,7 @@ class Kernel:
                 if not exc.maybe_stored:  # it never starts: no STARTED is recorded later
                     journal.withdraw(started)
                 raise
-        return _Admitted(request, tool, decision, inflight, started_at=started_at)
+        return _Admitted(request, tool, decision, inflight, started_at=started_at, started=started)
 
     async def _execute(
         self, run: Run, admitted: _Admitted, on_progress: ProgressListener | None

@@ -79,12 +79,17 @@ class Run:
         """Keep a note that ``memory.read`` returns to the model."""
         self.notes[key] = value
 
-    async def acquire_read_slot(self) -> None:
-        """Take one of the run's parallel-read slots (no event-loop trip when free)."""
+    async def acquire_read_slot(self, tool_call_id: str) -> bool:
+        """Take one of the run's parallel-read slots for a call (no event-loop trip when
+        one is free); False when the call, or the run, was cancelled while it waited for
+        one: it gets none and never starts."""
         try:
             self.reads.acquire_nowait()
         except anyio.WouldBlock:
-            await self.reads.acquire()
+            with self.asking(tool_call_id) as waiting:
+                await self.reads.acquire()
+            return not waiting.cancelled_caught
+        return True
 
     def cancel(self, reason: ErrorCode = ErrorCode.USER_CANCELLED) -> None:
         """Cancel every call in flight in this run, and every later one."""
@@ -108,9 +113,9 @@ class Run:
 
     @contextmanager
     def asking(self, tool_call_id: str) -> Iterator[anyio.CancelScope]:
-        """A scope for waiting on a human's answer about a call, cancelled when the
-        call or the run is (the caller then tells a cancel from an answer by the scope's
-        ``cancelled_caught``)."""
+        """A scope for a wait before a call starts (a human's answer about it, a free
+        read slot), cancelled when the call or the run is (the caller then tells a
+        cancel from the end of the wait by the scope's ``cancelled_caught``)."""
         with anyio.CancelScope() as scope, self.token.watch(scope):
             self._asking[tool_call_id] = scope
             if self._waiting.get(tool_call_id) is not None:

@@ -790,6 +790,61 @@ async def test_concurrent_reads_are_bounded_by_configuration(kernel_factory):
     assert peak == 2
 
 
+async def test_a_read_waiting_for_a_parallel_slot_is_cancelled_at_once_and_never_starts(
+    kernel_factory,
+):
+    """Calls of their own (as a gateway's clients make them): the second read waits
+    for the only slot. Cancelled, it ends now, not when the first read frees the slot,
+    and it has no STARTED: it never started."""
+    release = anyio.Event()
+    ran: list[str] = []
+
+    @tool("read.held", idempotent=True)
+    async def held(label: str) -> str:
+        """Read until released."""
+        ran.append(label)
+        await release.wait()
+        return label
+
+    kernel = kernel_factory(
+        """
+        [concurrency]
+        max_parallel_reads = 1
+        [[exposure]]
+        tools = ["*"]
+        """
+    )
+    kernel.register(held)
+    run = kernel.start_run()
+    results: dict[str, ToolCallResult] = {}
+
+    async def call(label: str) -> None:
+        results[label] = await kernel.call(run, "read.held", {"label": label}, tool_call_id=label)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(call, "first")
+            while ran != ["first"]:
+                await anyio.sleep(0.01)
+            group.start_soon(call, "second")
+            await anyio.sleep(0.1)  # the second is admitted and waits for the slot
+            assert run.cancel_call("second", ErrorCode.SUPERSEDED)
+            while "second" not in results:  # ends while the first still holds the slot
+                await anyio.sleep(0.01)
+            release.set()
+
+    assert ran == ["first"]
+    assert (results["second"].status, results["second"].error_code) == (
+        Status.CANCELLED,
+        ErrorCode.SUPERSEDED,
+    )
+    assert results["second"].started_at is None
+    assert results["first"].status is Status.SUCCEEDED
+    kinds = [e.type for e in kernel.ledger.events(run.id) if e.tool_call_id == "second"]
+    assert kinds == [EventType.TOOL_CALL_REQUEST, EventType.TOOL_CALL_RESULT]
+    assert kernel.ledger.verify(run.id).ok
+
+
 def test_sync_api_works_without_an_event_loop(kernel_factory):
     kernel = kernel_factory()
     run = kernel.start_run()
