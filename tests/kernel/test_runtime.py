@@ -761,6 +761,16 @@ async def test_mutations_run_one_at_a_time_per_run(kernel_factory):
     assert peak == 1
 
 
+def parallel_reads(limit: int) -> str:
+    """A config with every tool shown and at most ``limit`` READ_ONLY calls at once."""
+    return f"""
+[concurrency]
+max_parallel_reads = {limit}
+[[exposure]]
+tools = ["*"]
+"""
+
+
 async def test_concurrent_reads_are_bounded_by_configuration(kernel_factory):
     running = 0
     peak = 0
@@ -775,14 +785,7 @@ async def test_concurrent_reads_are_bounded_by_configuration(kernel_factory):
         running -= 1
         return n
 
-    kernel = kernel_factory(
-        """
-        [concurrency]
-        max_parallel_reads = 2
-        [[exposure]]
-        tools = ["*"]
-        """
-    )
+    kernel = kernel_factory(parallel_reads(2))
     kernel.register(wide)
     run = kernel.start_run()
     with anyio.fail_after(5):
@@ -806,14 +809,7 @@ async def test_a_read_waiting_for_a_parallel_slot_is_cancelled_at_once_and_never
         await release.wait()
         return label
 
-    kernel = kernel_factory(
-        """
-        [concurrency]
-        max_parallel_reads = 1
-        [[exposure]]
-        tools = ["*"]
-        """
-    )
+    kernel = kernel_factory(parallel_reads(1))
     kernel.register(held)
     run = kernel.start_run()
     results: dict[str, ToolCallResult] = {}
