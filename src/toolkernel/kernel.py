@@ -279,6 +279,16 @@ class _Journal:
         self._events = kept
         return taken
 
+    def restamp(self, started: NewEvent, at: str) -> NewEvent | None:
+        """A STARTED not stored yet, in its place, with ``startedAt`` set to ``at``;
+        None when it was stored already."""
+        for position, event in enumerate(self._events):
+            if event is started:
+                fresh = replace(started, payload={**started.payload, "startedAt": at})
+                self._events[position] = fresh
+                return fresh
+        return None
+
     @property
     def pending(self) -> bool:
         """Whether events are waiting for a flush (one that failed puts them back)."""
@@ -823,6 +833,7 @@ class Kernel:
             if not admitted.in_batch:
                 admitted.cancelled = await _await_original(run, admitted)
             return
+        waits = run.reads.value == 0  # no read slot free: it starts when one is
         if not await run.acquire_read_slot(admitted.request.tool_call_id):
             # Cancelled while it waited for a slot: it never starts.
             call_id, name = admitted.request.tool_call_id, admitted.request.tool_name
@@ -831,6 +842,12 @@ class Kernel:
                 admitted.started_at = None
             finished[index] = self._finish(admitted, Outcome.from_code(reason, tool=name))
             return
+        if waits and admitted.started is not None:
+            # It starts now, not when it was admitted: its STARTED, not stored yet, says so.
+            at = timestamp()
+            restamped = journal.restamp(admitted.started, at)
+            if restamped is not None:
+                admitted.started, admitted.started_at = restamped, at
         try:
             outcome = await self._execute(run, admitted, on_progress)
         finally:

@@ -793,52 +793,91 @@ async def test_concurrent_reads_are_bounded_by_configuration(kernel_factory):
     assert peak == 2
 
 
+class _OneReadSlot:
+    """A kernel with one parallel-read slot and a read, ``read.held``, whose call
+    labelled "first" holds the slot until ``release`` is set. Each call is a
+    ``kernel.call`` of its own, as a gateway's clients make them."""
+
+    def __init__(self, kernel_factory: Any) -> None:
+        self.release = anyio.Event()
+        self.ran: list[str] = []
+        self.results: dict[str, ToolCallResult] = {}
+
+        @tool("read.held", idempotent=True)
+        async def held(label: str) -> str:
+            """Read; the first until released."""
+            self.ran.append(label)
+            if label == "first":
+                await self.release.wait()
+            return label
+
+        self.kernel = kernel_factory(parallel_reads(1))
+        self.kernel.register(held)
+        self.run = self.kernel.start_run()
+
+    async def call(self, label: str) -> None:
+        arguments = {"label": label}
+        self.results[label] = await self.kernel.call(
+            self.run, "read.held", arguments, tool_call_id=label
+        )
+
+    async def start_both(self, group: Any, wait_s: float) -> None:
+        """Start "first"; once it holds the slot, "second", admitted to wait for it for
+        ``wait_s`` at least."""
+        group.start_soon(self.call, "first")
+        while self.ran != ["first"]:
+            await anyio.sleep(0.01)
+        group.start_soon(self.call, "second")
+        await anyio.sleep(wait_s)
+
+
 async def test_a_read_waiting_for_a_parallel_slot_is_cancelled_at_once_and_never_starts(
     kernel_factory,
 ):
-    """Calls of their own (as a gateway's clients make them): the second read waits
-    for the only slot. Cancelled, it ends now, not when the first read frees the slot,
-    and it has no STARTED: it never started."""
-    release = anyio.Event()
-    ran: list[str] = []
-
-    @tool("read.held", idempotent=True)
-    async def held(label: str) -> str:
-        """Read until released."""
-        ran.append(label)
-        await release.wait()
-        return label
-
-    kernel = kernel_factory(parallel_reads(1))
-    kernel.register(held)
-    run = kernel.start_run()
-    results: dict[str, ToolCallResult] = {}
-
-    async def call(label: str) -> None:
-        results[label] = await kernel.call(run, "read.held", {"label": label}, tool_call_id=label)
-
+    """The second read waits for the only slot. Cancelled, it ends now, not when the
+    first read frees the slot, and it has no STARTED: it never started."""
+    slot = _OneReadSlot(kernel_factory)
     with anyio.fail_after(10):
         async with anyio.create_task_group() as group:
-            group.start_soon(call, "first")
-            while ran != ["first"]:
+            await slot.start_both(group, 0.1)
+            assert slot.run.cancel_call("second", ErrorCode.SUPERSEDED)
+            while "second" not in slot.results:  # ends while the first holds the slot
                 await anyio.sleep(0.01)
-            group.start_soon(call, "second")
-            await anyio.sleep(0.1)  # the second is admitted and waits for the slot
-            assert run.cancel_call("second", ErrorCode.SUPERSEDED)
-            while "second" not in results:  # ends while the first still holds the slot
-                await anyio.sleep(0.01)
-            release.set()
+            slot.release.set()
 
-    assert ran == ["first"]
+    results = slot.results
+    assert slot.ran == ["first"]
     assert (results["second"].status, results["second"].error_code) == (
         Status.CANCELLED,
         ErrorCode.SUPERSEDED,
     )
     assert results["second"].started_at is None
     assert results["first"].status is Status.SUCCEEDED
-    kinds = [e.type for e in kernel.ledger.events(run.id) if e.tool_call_id == "second"]
+    events = slot.kernel.ledger.events(slot.run.id)
+    kinds = [e.type for e in events if e.tool_call_id == "second"]
     assert kinds == [EventType.TOOL_CALL_REQUEST, EventType.TOOL_CALL_RESULT]
-    assert kernel.ledger.verify(run.id).ok
+    assert slot.kernel.ledger.verify(slot.run.id).ok
+
+
+async def test_a_read_that_waited_for_a_slot_is_recorded_as_started_when_it_got_one(
+    kernel_factory,
+):
+    slot = _OneReadSlot(kernel_factory)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            await slot.start_both(group, 0.2)
+            slot.release.set()
+
+    started = {
+        e.tool_call_id: e.payload["startedAt"]
+        for e in slot.kernel.ledger.events(slot.run.id)
+        if e.type is EventType.TOOL_CALL_STARTED
+    }
+    second = slot.results["second"]
+    assert second.status is Status.SUCCEEDED
+    assert started["second"] == second.started_at
+    assert started["second"] >= slot.results["first"].finished_at  # not its admission
+    assert slot.kernel.ledger.verify(slot.run.id).ok
 
 
 def test_sync_api_works_without_an_event_loop(kernel_factory):
