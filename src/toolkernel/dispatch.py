@@ -357,7 +357,7 @@ async def dispatch(adapter: Adapter, invocation: Invocation, token: Cancellation
             # Stopped before the retry it was due (cancelled, the budget spent, the
             # runtime closing): the call ends cancelled, for the token's reason, not
             # with the failure it would have retried, which would invite a retry.
-            outcome = _from_code(token.reason or ErrorCode.USER_CANCELLED, tool=name)
+            outcome = _stopped(token, name)
             outcome.internal["attemptCodes"] = history
             break
     outcome.attempts = attempt
@@ -372,7 +372,7 @@ async def _attempt(
 ) -> Outcome:
     name = invocation.tool.name
     if token.cancelled:  # cancelled before this attempt could start: the tool never runs
-        return _from_code(token.reason or ErrorCode.USER_CANCELLED, tool=name)
+        return _stopped(token, name)
     try:
         # sniffio's marks and the task, without the rest of its lookup: a third of its cost.
         task = _asyncio_task()
@@ -401,6 +401,12 @@ async def _attempt(
     if isinstance(output, ToolOutput):
         return _returned(name, output)
     return Outcome(Status.SUCCEEDED, output=output)
+
+
+def _stopped(token: CancellationToken, name: str) -> Outcome:
+    """CANCELLED for the token's reason: the outcome of a call it stopped before an
+    attempt (or a retry) began."""
+    return _from_code(token.reason or ErrorCode.USER_CANCELLED, tool=name)
 
 
 _STOPPING: Final = (KeyboardInterrupt, GeneratorExit)

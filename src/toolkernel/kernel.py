@@ -833,21 +833,11 @@ class Kernel:
             if not admitted.in_batch:
                 admitted.cancelled = await _await_original(run, admitted)
             return
-        waits = run.reads.value == 0  # no read slot free: it starts when one is
-        if not await run.acquire_read_slot(admitted.request.tool_call_id):
-            # Cancelled while it waited for a slot: it never starts.
-            call_id, name = admitted.request.tool_call_id, admitted.request.tool_name
-            reason = run.cancelled_before_start(call_id) or ErrorCode.USER_CANCELLED
-            if admitted.started is not None and journal.withdraw(admitted.started):
-                admitted.started_at = None
-            finished[index] = self._finish(admitted, Outcome.from_code(reason, tool=name))
-            return
-        if waits and admitted.started is not None:
-            # It starts now, not when it was admitted: its STARTED, not stored yet, says so.
-            at = timestamp()
-            restamped = journal.restamp(admitted.started, at)
-            if restamped is not None:
-                admitted.started, admitted.started_at = restamped, at
+        if not run.take_read_slot():
+            stopped = await _wait_read_slot(run, admitted, journal)
+            if stopped is not None:
+                finished[index] = self._finish(admitted, stopped)
+                return
         try:
             outcome = await self._execute(run, admitted, on_progress)
         finally:
@@ -1750,6 +1740,24 @@ def _recorded_result(event: Event) -> ToolCallResult | None:
         return ToolCallResult.from_dict(event.payload["result"])
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
+
+
+async def _wait_read_slot(run: Run, admitted: _Admitted, journal: _Journal) -> Outcome | None:
+    """Wait for a parallel-read slot: the call starts when it gets one, and its STARTED,
+    if not stored yet, says so. Cancelled meanwhile, it never starts: its STARTED is
+    taken back if it can be, and its outcome is returned (None once it has the slot)."""
+    call_id = admitted.request.tool_call_id
+    if not await run.wait_read_slot(call_id):
+        reason = run.cancelled_before_start(call_id) or ErrorCode.USER_CANCELLED
+        if admitted.started is not None and journal.withdraw(admitted.started):
+            admitted.started_at = None
+        return Outcome.from_code(reason, tool=admitted.request.tool_name)
+    if admitted.started is not None:
+        at = timestamp()
+        restamped = journal.restamp(admitted.started, at)
+        if restamped is not None:
+            admitted.started, admitted.started_at = restamped, at
+    return None
 
 
 async def _await_original(run: Run, dup: _Duplicate) -> ErrorCode | None:

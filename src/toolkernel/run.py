@@ -79,17 +79,21 @@ class Run:
         """Keep a note that ``memory.read`` returns to the model."""
         self.notes[key] = value
 
-    async def acquire_read_slot(self, tool_call_id: str) -> bool:
-        """Take one of the run's parallel-read slots for a call (no event-loop trip when
-        one is free); False when the call, or the run, was cancelled while it waited for
-        one: it gets none and never starts."""
+    def take_read_slot(self) -> bool:
+        """Take one of the run's parallel-read slots if one is free (no event-loop trip);
+        False when none is: ``wait_read_slot``."""
         try:
             self.reads.acquire_nowait()
         except anyio.WouldBlock:
-            with self.asking(tool_call_id) as waiting:
-                await self.reads.acquire()
-            return not waiting.cancelled_caught
+            return False
         return True
+
+    async def wait_read_slot(self, tool_call_id: str) -> bool:
+        """Wait for a parallel-read slot for a call; False when the call, or the run,
+        was cancelled meanwhile: it gets none and never starts."""
+        with self.asking(tool_call_id) as waiting:
+            await self.reads.acquire()
+        return not waiting.cancelled_caught
 
     def cancel(self, reason: ErrorCode = ErrorCode.USER_CANCELLED) -> None:
         """Cancel every call in flight in this run, and every later one."""

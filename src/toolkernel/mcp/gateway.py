@@ -733,11 +733,8 @@ class _StdioTransport:
         """The refusal of a line over the limit, with the request's id when its start
         shows one (a client waits for that answer; with a null id it would wait on)."""
         members = _top_level_members(start.decode("utf-8", errors="replace"))
-        request_id = members.get("id")
-        if isinstance(request_id, bool) or not isinstance(request_id, str | int):
-            request_id = None
         why = f"Invalid Request: longer than {self._max_line:,} bytes"
-        return _error_answer(request_id, types.INVALID_REQUEST, why)
+        return _error_answer(_request_id(members), types.INVALID_REQUEST, why)
 
     async def _take(self, line: str) -> None:
         """Pass a line on to the server as a message, or answer it here."""
@@ -915,28 +912,36 @@ def _refusal(line: str, error: ValidationError) -> types.JSONRPCError | None:
     members = _top_level_members(line)
     if "method" in members and "id" not in members:
         return None  # a notification
-    if "method" not in members and ("result" in members or "error" in members):
-        return None  # a response: nobody waits for an answer to it
+    if _is_response(members):
+        return None  # not answered to the client (see _unreadable_response)
     if unparsed and not members:
         return _error_answer(None, types.PARSE_ERROR, "Parse error: the line is not JSON.")
-    request_id = members.get("id")
-    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
-        request_id = None
     why = _UNREADABLE if unparsed else f"Invalid Request: {_not_a_request(details)}."
-    return _error_answer(request_id, types.INVALID_REQUEST, why)
+    return _error_answer(_request_id(members), types.INVALID_REQUEST, why)
 
 
 def _unreadable_response(line: str) -> types.JSONRPCError | None:
     """A line the SDK refused that answers a request of the server's (it has an id and
     a result or an error, and no method), as an error answer to that id; else None."""
     members = _top_level_members(line)
-    request_id = members.get("id")
-    answers = "result" in members or "error" in members
-    if "method" in members or not answers or isinstance(request_id, bool):
-        return None
-    if not isinstance(request_id, str | int):
+    request_id = _request_id(members)
+    if not _is_response(members) or request_id is None:
         return None
     return _error_answer(request_id, types.INVALID_REQUEST, _UNREADABLE_ANSWER)
+
+
+def _is_response(members: Mapping[str, Any]) -> bool:
+    """Whether a message's top-level members make it an answer (no method, a result or
+    an error)."""
+    return "method" not in members and ("result" in members or "error" in members)
+
+
+def _request_id(members: Mapping[str, Any]) -> types.RequestId | None:
+    """The message's id when it is one MCP allows (a string or an integer), else None."""
+    request_id = members.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
+        return None
+    return request_id
 
 
 _UNREADABLE_ANSWER: Final = "Invalid Request: the client's answer could not be read"
