@@ -153,6 +153,61 @@ def test_cancel_event_kills_the_tree_and_keeps_partial_output(
     assert live_marked_pids(marker) == []
 
 
+@pytest.mark.parametrize("unsandboxed", [False, True], ids=["sandboxed", "unsandboxed"])
+def test_a_running_command_is_reported_until_it_ends_even_by_a_failing_listener(
+    bwrap: Path, tmp_path: Path, unsandboxed: bool
+) -> None:
+    heard: list[tuple[float, int]] = []
+
+    def on_running(elapsed_s: float, output_bytes: int) -> None:
+        heard.append((elapsed_s, output_bytes))
+        raise RuntimeError("the listener broke")  # logged; the command goes on
+
+    async def main() -> tuple[ProcessOutcome, int]:
+        outcome = await run_tree(
+            bwrap,
+            ["sh", "-c", "printf abcd; printf ef >&2; sleep 0.9"],
+            tmp_path,
+            uuid.uuid4().hex,
+            unsandboxed=unsandboxed,
+            timeout_s=30,
+            on_running=on_running,
+            running_interval_s=0.2,
+        )
+        heard_at_end = len(heard)
+        await anyio.sleep(0.5)  # the heartbeat ended with the command
+        return outcome, heard_at_end
+
+    outcome, heard_at_end = anyio.run(main)
+    assert outcome.exit_code == 0
+    assert outcome.stdout_path.read_bytes() == b"abcd"
+    assert 3 <= len(heard) <= 5
+    assert len(heard) == heard_at_end
+    seconds = [elapsed for elapsed, _ in heard]
+    assert seconds == sorted(seconds)
+    assert seconds[0] >= 0.2
+    assert seconds[-1] <= outcome.duration_s
+    assert heard[-1][1] == 6  # both streams
+
+
+def test_a_quick_command_is_not_reported_as_running(bwrap: Path, tmp_path: Path) -> None:
+    heard: list[tuple[float, int]] = []
+
+    async def main() -> ProcessOutcome:
+        return await run_tree(
+            bwrap,
+            ["true"],
+            tmp_path,
+            uuid.uuid4().hex,
+            timeout_s=30,
+            on_running=lambda *report: heard.append(report),
+            running_interval_s=5.0,
+        )
+
+    assert anyio.run(main).exit_code == 0
+    assert heard == []
+
+
 def test_caller_cancellation_kills_the_tree(bwrap: Path, tmp_path: Path) -> None:
     marker = uuid.uuid4().hex
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import subprocess
@@ -30,6 +31,7 @@ from toolkernel.tools import (
     install,
     sandbox_for,
 )
+from toolkernel.tools import adapter as adapter_module
 
 pytestmark = pytest.mark.anyio
 
@@ -318,6 +320,63 @@ async def test_cancelling_a_running_command_keeps_its_partial_output(kernel, ws)
     artifact = result.structured_output["stdout"]["artifact"]
     assert kernel.artifacts.read(artifact) == b"partial\n"
     assert survivors(marker) == []
+
+
+async def test_a_cancelled_command_reports_how_long_it_ran(kernel, ws):
+    run = kernel.start_run()
+    results = []
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as group:
+
+            async def call() -> None:
+                arguments = {"argv": ["sh", "-c", "touch ready; sleep 300"]}
+                results.append(await kernel.call(run, "shell.run", arguments, tool_call_id="c1"))
+
+            group.start_soon(call)
+            while not (ws / "ready").exists():
+                await anyio.sleep(0.01)
+            await anyio.sleep(0.4)
+            assert run.cancel_call("c1", ErrorCode.USER_CANCELLED)
+    (result,) = results
+    assert result.status is Status.CANCELLED
+    assert result.structured_output["cancelled"] is True
+    assert 400 <= result.structured_output["durationMs"] < 30_000
+
+
+async def test_a_long_command_reports_progress_until_it_ends(kernel, monkeypatch):
+    monkeypatch.setattr(adapter_module, "RUNNING_INTERVAL_S", 0.2)
+    run = kernel.start_run()
+    heard: list[tuple[str, float, float | None, str | None]] = []
+    with anyio.fail_after(30):
+        result = await kernel.call(
+            run,
+            "shell.run",
+            {"argv": ["sh", "-c", "printf abc; sleep 1.1"]},
+            on_progress=lambda *report: heard.append(report),
+            tool_call_id="c1",
+        )
+    assert result.status is Status.SUCCEEDED
+    progress = [
+        event.payload
+        for event in kernel.ledger.events(run.id)
+        if event.type is EventType.TOOL_CALL_PROGRESS
+    ]
+    assert 3 <= len(progress) <= 6
+    seconds = [report["progress"] for report in progress]
+    assert all(a < b for a, b in itertools.pairwise(seconds))
+    assert all(report["total"] is None for report in progress)
+    assert progress[-1]["message"] == (
+        f"shell.run: the command has run for {seconds[-1]:.0f} s and written 3 bytes of output"
+    )
+    assert [(call_id, number) for call_id, number, _, _ in heard] == [("c1", n) for n in seconds]
+
+
+async def test_a_quick_command_reports_no_progress(kernel):
+    run = kernel.start_run()
+    result = await kernel.call(run, "shell.run", {"argv": ["true"]})
+    assert result.status is Status.SUCCEEDED
+    types = [event.type for event in kernel.ledger.events(run.id)]
+    assert EventType.TOOL_CALL_PROGRESS not in types
 
 
 async def test_a_custom_process_tool_gets_the_sandbox_and_the_call_deadline(ws):

@@ -14,6 +14,7 @@ from toolkernel.sandbox.process import (
     TERM_GRACE_S,
     OutputCallback,
     ProcessOutcome,
+    RunningCallback,
     run_sandboxed,
 )
 from toolkernel.sandbox.spec import SandboxLimits, SandboxSpec
@@ -22,6 +23,7 @@ __all__ = [
     "TERM_GRACE_S",
     "OutputCallback",
     "ProcessOutcome",
+    "RunningCallback",
     "SandboxLimits",
     "SandboxSpec",
     "SandboxUnavailable",

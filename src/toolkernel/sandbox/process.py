@@ -48,12 +48,12 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import partial
 from pathlib import Path
-from typing import BinaryIO, Final
+from typing import Any, BinaryIO, Final
 
 import anyio
 import anyio.abc
@@ -70,6 +70,7 @@ __all__ = [
     "TERM_GRACE_S",
     "OutputCallback",
     "ProcessOutcome",
+    "RunningCallback",
     "run_sandboxed",
 ]
 
@@ -87,6 +88,10 @@ COOKIE_VARIABLE: Final = "TOOLKERNEL_PROCESS_COOKIE"
 
 OutputCallback = Callable[[bytes], None]
 """Receives each chunk of output as it is stored (stdout and stderr, in arrival order)."""
+
+RunningCallback = Callable[[float, int], None]
+"""Hears, every ``running_interval_s`` while a command runs, the seconds since it was
+spawned and the bytes it has written to both streams so far."""
 
 _log = logging.getLogger(__name__)
 
@@ -153,6 +158,8 @@ async def run_sandboxed(
     on_output: OutputCallback | None = None,
     unsandboxed: bool = False,
     term_grace_s: float = TERM_GRACE_S,
+    on_running: RunningCallback | None = None,
+    running_interval_s: float = 5.0,
 ) -> ProcessOutcome:
     """Run ``argv`` in a bubblewrap sandbox and wait until it and all its children are gone.
 
@@ -170,6 +177,9 @@ async def run_sandboxed(
             environment allow-list and the limits. Only for configurations that
             opted in explicitly.
         term_grace_s: Seconds between SIGTERM and SIGKILL.
+        on_running: Called every ``running_interval_s`` until the command ends (on
+            the event loop), for a heartbeat that shows a long command still runs.
+            What it raises is logged, and the command goes on.
 
     Returns:
         The outcome; output captured before a timeout or cancellation is kept.
@@ -215,8 +225,13 @@ async def run_sandboxed(
             tree = ProcessTree(process.pid, cookie=cookie.encode() if cookie else None)
             # The outer bubblewrap gets no SIGTERM: its death would skip the grace period.
             spare = () if unsandboxed else (process.pid,)
+            heartbeat = (
+                None
+                if on_running is None
+                else partial(_heartbeat, on_running, running_interval_s, started, sink)
+            )
             stop = await _supervise(
-                process, tree, sink, timeout_s, cancel, term_grace_s, spare, start
+                process, tree, sink, timeout_s, cancel, term_grace_s, spare, start, heartbeat
             )
         # _supervise returns only after the process was reaped.
         status = process.returncode if process.returncode is not None else 0
@@ -394,6 +409,7 @@ async def _supervise(
     term_grace_s: float,
     spare_from_term: tuple[int, ...],
     start: Callable[[], Awaitable[bool]] | None,
+    heartbeat: Callable[[], Coroutine[Any, Any, None]] | None = None,
 ) -> _Stop | None:
     assert process.stdout is not None  # open_process pipes both by default
     assert process.stderr is not None
@@ -403,7 +419,7 @@ async def _supervise(
         async with anyio.create_task_group() as pumps:
             pumps.start_soon(_pump, process.stdout, sink.write_stdout, drained)
             pumps.start_soon(_pump, process.stderr, sink.write_stderr, drained)
-            stop = await _wait_for_exit(process, timeout_s, cancel, start)
+            stop = await _wait_for_exit(process, timeout_s, cancel, start, heartbeat)
             await _kill(tree, process, grace_s=term_grace_s, spare_from_term=spare_from_term)
             tree_gone = True
             with anyio.move_on_after(DRAIN_TIMEOUT_S):
@@ -435,6 +451,7 @@ async def _wait_for_exit(
     timeout_s: float,
     cancel: anyio.Event | None,
     start: Callable[[], Awaitable[bool]] | None,
+    heartbeat: Callable[[], Coroutine[Any, Any, None]] | None,
 ) -> _Stop | None:
     stop: _Stop | None = None
 
@@ -447,6 +464,8 @@ async def _wait_for_exit(
     async with anyio.create_task_group() as watchers:
         if cancel is not None:
             watchers.start_soon(watch_cancel, cancel, watchers.cancel_scope)
+        if heartbeat is not None:
+            watchers.start_soon(heartbeat)
         with anyio.move_on_after(timeout_s) as deadline:
             if start is not None and not await start():
                 stop = _Stop.UNLIMITED
@@ -456,6 +475,19 @@ async def _wait_for_exit(
             stop = _Stop.TIMEOUT
         watchers.cancel_scope.cancel()
     return stop
+
+
+async def _heartbeat(
+    on_running: RunningCallback, interval_s: float, started: float, sink: _OutputSink
+) -> None:
+    """Tell ``on_running`` every ``interval_s`` that the command still runs (until
+    cancelled: the command has ended)."""
+    while True:
+        await anyio.sleep(interval_s)
+        try:
+            on_running(time.monotonic() - started, sink.produced)
+        except Exception:  # noqa: BLE001 - a listener's failure must not stop the command
+            _log.exception("the running-command listener failed")
 
 
 class _Countdown:

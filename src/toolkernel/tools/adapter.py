@@ -36,6 +36,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -60,6 +61,7 @@ from toolkernel.redaction import Redactor
 from toolkernel.sandbox import (
     TERM_GRACE_S,
     OutputCallback,
+    ProcessOutcome,
     SandboxLimits,
     SandboxSpec,
     find_bwrap,
@@ -98,6 +100,10 @@ DEFAULT_TEST_COMMAND: Final = ("python", "-m", "pytest", "-q", "--junitxml={juni
 
 PREVIEW_BYTES: Final = 2048
 """Bytes of head and of tail of each stream that the model sees."""
+
+RUNNING_INTERVAL_S = 5.0
+"""How often a call whose command still runs reports progress (TOOL_CALL_PROGRESS, and
+``notifications/progress`` through the gateway): seconds so far, no total."""
 
 _RESERVE_FRACTION: Final = 0.1
 _RESERVE_MIN_S: Final = 0.5
@@ -473,6 +479,7 @@ class Sandbox:
         label: str,
         on_stdout: OutputCallback | None = None,
     ) -> CommandResult:
+        started = time.monotonic()
         try:
             outcome = await run_sandboxed(
                 list(argv),
@@ -483,6 +490,8 @@ class Sandbox:
                 unsandboxed=not self.sandboxed,
                 term_grace_s=grace,
                 on_output=on_stdout,
+                on_running=self._still_running,
+                running_interval_s=RUNNING_INTERVAL_S,
             )
         except SandboxUnavailable as exc:  # this workspace cannot be sandboxed as it is
             _log.error("%s was not run: %s", self.tool_name, exc.reason)
@@ -494,8 +503,9 @@ class Sandbox:
             ) from None
         except anyio.get_cancelled_exc_class():
             # The kernel's scope fired first; the runner already killed the tree.
+            duration_s = time.monotonic() - started
             with anyio.CancelScope(shield=True):
-                partial = await self._store(argv, staging, None, label, stopped=True)
+                partial = await self._store(argv, staging, duration_s, label, stopped=True)
             token = self._ctx.token
             if token.cancelled and token.reason is not None:
                 message = safe_message(token.reason, tool=self.tool_name)
@@ -533,13 +543,29 @@ class Sandbox:
             )
         return result
 
+    def _still_running(self, elapsed_s: float, output_bytes: int) -> None:
+        self._ctx.progress(
+            round(elapsed_s, 1),
+            None,
+            f"{self.tool_name}: the command has run for {elapsed_s:.0f} s "
+            f"and written {output_bytes:,} bytes of output",
+        )
+
     def _timeout_message(self, seconds: float | None) -> str:
         shown = self._call_timeout_s if seconds is None else seconds
         return safe_message(ErrorCode.TIMEOUT, tool=self.tool_name, seconds=f"{shown:.3g}")
 
     async def _store(
-        self, argv: Sequence[str], staging: Path, outcome: Any, label: str, *, stopped: bool
+        self,
+        argv: Sequence[str],
+        staging: Path,
+        outcome: ProcessOutcome | float,
+        label: str,
+        *,
+        stopped: bool,
     ) -> CommandResult:
+        """The command's result with its output kept as artifacts; ``outcome`` is the
+        seconds it ran when the kernel's scope stopped it (no outcome to tell)."""
         out_dir = staging / "out"
 
         def ingest() -> tuple[CapturedStream, CapturedStream]:
@@ -556,7 +582,7 @@ class Sandbox:
             stdout, stderr = await anyio.to_thread.run_sync(ingest)
         except OSError as exc:
             raise self._internal_error(exc, "could not keep the command's output") from None
-        if outcome is None:
+        if isinstance(outcome, float):
             return CommandResult(
                 argv=tuple(argv),
                 exit_code=None,
@@ -565,7 +591,7 @@ class Sandbox:
                 stdout=stdout,
                 stderr=stderr,
                 output_truncated=False,
-                duration_s=0.0,
+                duration_s=outcome,
                 sandboxed=self.sandboxed,
             )
         return CommandResult(
