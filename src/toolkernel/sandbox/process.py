@@ -60,6 +60,7 @@ import anyio.abc
 
 from toolkernel.errors import SandboxUnavailable
 from toolkernel.sandbox.bwrap import bwrap_argv
+from toolkernel.sandbox.pids import PidsCgroup, needs_pids_cgroup
 from toolkernel.sandbox.spec import SandboxLimits, SandboxSpec
 from toolkernel.sandbox.tree import POLL_INTERVAL_S, ProcessTree
 
@@ -95,12 +96,25 @@ spawned and the bytes it has written to both streams so far."""
 
 _log = logging.getLogger(__name__)
 
-# Unsandboxed runs where util-linux prlimit is missing: set the limits, become the command.
-_TRAMPOLINE: Final = (
-    "import os,resource as r,sys;a=sys.argv;e=a.index('--');"
-    "[r.setrlimit(getattr(r,a[i]),(int(a[i+1]),)*2) for i in range(1,e,2)];"
-    "os.execvp(a[e+1],a[e+1:])"
-)
+# Unsandboxed runs where util-linux prlimit is missing, or that must join a pids cgroup
+# first: join it, set the limits, become the command. Arguments: NAME VALUE pairs
+# (RLIMIT_* names, or "cgroup" and its cgroup.procs file), "--", the command.
+_TRAMPOLINE: Final = """\
+import os, resource, sys
+args = sys.argv[1:]
+split = args.index("--")
+pairs = dict(zip(args[:split:2], args[1:split:2]))
+procs = pairs.pop("cgroup", None)
+if procs is not None:
+    try:
+        with open(procs, "w") as handle:
+            handle.write(str(os.getpid()))
+    except OSError as exc:
+        sys.exit(f"toolkernel: the command could not join its pids cgroup: {exc}")
+for name, value in pairs.items():
+    resource.setrlimit(getattr(resource, name), (int(value),) * 2)
+os.execvp(args[split + 1], args[split + 1 :])
+"""
 
 # bubblewrap's message when a sandbox never ran its command is short; more is not its.
 _MESSAGE_BYTES: Final = 4096
@@ -196,10 +210,13 @@ async def run_sandboxed(
     env = dict(spec.env)
     if cookie is not None:
         env[COOKIE_VARIABLE] = cookie.partition("=")[2]
-    with contextlib.ExitStack() as stack:
+    async with contextlib.AsyncExitStack() as stack:
+        cgroup = _pids_cgroup(spec.limits) if needs_pids_cgroup() else None
+        if cgroup is not None:
+            stack.push_async_callback(cgroup.remove_when_empty)
         gate = None if unsandboxed else stack.enter_context(_Gate())
         if gate is None:
-            command = _with_limits(list(argv), spec.limits)
+            command = _with_limits(list(argv), spec.limits, cgroup)
         else:
             command = bwrap_argv(
                 argv, spec, bwrap=bwrap, status_fd=gate.status_fd, block_fd=gate.block_fd
@@ -221,7 +238,7 @@ async def run_sandboxed(
             start = None
             if gate is not None:
                 gate.spawned()
-                start = partial(gate.release, spec.limits)
+                start = partial(gate.release, spec.limits, cgroup)
             tree = ProcessTree(process.pid, cookie=cookie.encode() if cookie else None)
             # The outer bubblewrap gets no SIGTERM: its death would skip the grace period.
             spare = () if unsandboxed else (process.pid,)
@@ -337,8 +354,9 @@ class _Gate:
         self._close(self.status_fd)
         self._close(self.block_fd)
 
-    async def release(self, limits: SandboxLimits) -> bool:
-        """Wait for bubblewrap's child, set ``limits`` on it, and let it run the command.
+    async def release(self, limits: SandboxLimits, cgroup: PidsCgroup | None = None) -> bool:
+        """Wait for bubblewrap's child, set ``limits`` on it (moving it into ``cgroup``,
+        where its process ceiling is kept), and let it run the command.
 
         Returns:
             False when the limits could not be set (``problem`` says why): the command
@@ -363,6 +381,14 @@ class _Gate:
                 return True
             except (OSError, ValueError, OverflowError) as exc:
                 self.problem = f"{name} = {value} could not be set in the sandbox: {exc}"
+                return False
+        if cgroup is not None:
+            try:
+                cgroup.add(child)
+            except ProcessLookupError:
+                return True
+            except OSError as exc:
+                self.problem = f"the sandbox could not join its pids cgroup: {exc}"
                 return False
         with contextlib.suppress(BrokenPipeError):  # the child is gone: its exit says why
             os.write(self._unblock, b"\n")
@@ -572,6 +598,22 @@ def _create_private(path: Path) -> BinaryIO:
     return os.fdopen(fd, "wb", buffering=0)
 
 
+def _pids_cgroup(limits: SandboxLimits) -> PidsCgroup:
+    """The cgroup that holds a root command's process ceiling.
+
+    Raises:
+        SandboxUnavailable: none can be made here: the command must not run unbounded.
+    """
+    try:
+        return PidsCgroup.create(limits.max_processes)
+    except OSError as exc:
+        raise SandboxUnavailable(
+            f"max_processes = {limits.max_processes} cannot be set: commands run as root, "
+            f"whom RLIMIT_NPROC does not bind, and {exc.strerror or exc}; run toolkernel "
+            "as an unprivileged user, or where it can create a pids cgroup"
+        ) from exc
+
+
 def _limit_values(limits: SandboxLimits) -> dict[str, int]:
     return {
         "RLIMIT_CPU": limits.cpu_seconds,
@@ -582,12 +624,15 @@ def _limit_values(limits: SandboxLimits) -> dict[str, int]:
     }
 
 
-def _with_limits(command: list[str], limits: SandboxLimits) -> list[str]:
-    """``command`` under the limits, for an unsandboxed run (no namespace to set them in)."""
-    values = _limit_values(limits)
+def _with_limits(command: list[str], limits: SandboxLimits, cgroup: PidsCgroup | None) -> list[str]:
+    """``command`` under the limits, for an unsandboxed run (no namespace to set them in);
+    in ``cgroup`` from its first instruction, when one holds its process ceiling."""
+    values: dict[str, object] = dict(_limit_values(limits))
     prlimit = shutil.which("prlimit")
-    if prlimit is not None:
+    if prlimit is not None and cgroup is None:
         flags = [f"--{name[7:].lower()}={value}" for name, value in values.items()]
         return [prlimit, *flags, "--", *command]
+    if cgroup is not None:
+        values["cgroup"] = cgroup.path / "cgroup.procs"
     pairs = [str(item) for pair in values.items() for item in pair]
     return [sys.executable, "-I", "-S", "-c", _TRAMPOLINE, *pairs, "--", *command]

@@ -25,7 +25,9 @@ class SandboxLimits:
             the sandbox's user namespace, where Linux 5.14 and newer count only the
             sandbox's own processes (threads included); older kernels, and
             unsandboxed runs, count every process of the real user, so a user
-            already past it cannot start a command. Not enforced for root.
+            already past it cannot start a command. Root, whom ``RLIMIT_NPROC``
+            does not bind, gets a pids cgroup per command instead (see
+            `toolkernel.sandbox.pids`), or no command where none can be made.
         max_output_bytes: stdout plus stderr kept on disk; past it the output is
             drained and discarded, and the outcome is marked truncated.
         file_size_bytes: ``RLIMIT_FSIZE``, the largest file the command may write.
