@@ -256,33 +256,6 @@ def test_rlimits_reach_the_command(bwrap: Path, workspace: Path) -> None:
     assert got == [7, 512 * 1024**2, limits.max_processes, 1024**2, 0]
 
 
-FORK_UNTIL_REFUSED = """
-    import json, os, time
-    started = 0
-    for _ in range(120):
-        try:
-            pid = os.fork()
-        except OSError:
-            break
-        if pid == 0:
-            time.sleep(3)
-            os._exit(0)
-        started += 1
-    print(json.dumps(started))
-"""
-
-
-def test_max_processes_holds_whoever_runs_the_sandbox(bwrap: Path, workspace: Path) -> None:
-    """Root is exempt from RLIMIT_NPROC; a pids cgroup holds the ceiling for it."""
-    started = run_python(
-        bwrap, FORK_UNTIL_REFUSED, workspace, limits=SandboxLimits(max_processes=24)
-    )
-    assert 0 < started < 24
-    if os.getuid() == 0:  # the command's cgroup went with it
-        parent = pids_module._own_pids_cgroup()
-        assert not [path for path in parent.iterdir() if path.name.startswith("toolkernel-")]
-
-
 def test_a_root_command_with_no_pids_cgroup_to_hold_it_is_refused(
     bwrap: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

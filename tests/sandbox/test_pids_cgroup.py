@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
-import textwrap
 import uuid
 from pathlib import Path
 
 import anyio
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -56,25 +56,28 @@ def test_an_escaped_mountinfo_path_reads_back_as_it_was(path: str) -> None:
     assert _unescape(_escape(path)) == path
 
 
-def test_max_processes_holds_an_unsandboxed_command_too(tmp_path: Path) -> None:
-    """Root is exempt from RLIMIT_NPROC; unsandboxed, its command joins a pids cgroup
-    as soon as it exists."""
-    script = textwrap.dedent(
-        """
-        import os, time
-        started = 0
-        for _ in range(120):
-            try:
-                pid = os.fork()
-            except OSError:
-                break
-            if pid == 0:
-                time.sleep(3)
-                os._exit(0)
-            started += 1
-        print(started)
-        """
-    )
+FORK_UNTIL_REFUSED = """
+import os, time
+started = 0
+for _ in range(120):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(3)
+        os._exit(0)
+    started += 1
+print(started)
+"""
+
+
+@pytest.mark.parametrize("unsandboxed", [False, True], ids=["sandboxed", "unsandboxed"])
+def test_max_processes_holds_whoever_runs_the_command(
+    bwrap: Path, tmp_path: Path, unsandboxed: bool
+) -> None:
+    """Root is exempt from RLIMIT_NPROC; a pids cgroup holds the ceiling for it, joined
+    before the command runs (unsandboxed: first thing, in the trampoline)."""
     spec = SandboxSpec(
         workspace=tmp_path,
         writable=True,
@@ -84,16 +87,17 @@ def test_max_processes_holds_an_unsandboxed_command_too(tmp_path: Path) -> None:
 
     async def main() -> int:
         outcome = await run_sandboxed(
-            [sys.executable, "-c", script],
+            [sys.executable, "-c", FORK_UNTIL_REFUSED],
             spec,
-            bwrap=Path("bwrap"),
+            bwrap=bwrap,
             timeout_s=30,
             output_dir=tmp_path / f"out-{uuid.uuid4().hex}",
-            unsandboxed=True,
+            unsandboxed=unsandboxed,
         )
+        assert outcome.exit_code == 0, outcome.stderr_path.read_text()
         return int(outcome.stdout_path.read_text())
 
-    assert anyio.run(main) < 24
+    assert 0 < anyio.run(main) < 24
     if os.getuid() == 0:  # the command's cgroup went with it
         parent = _own_pids_cgroup()
         assert not [path for path in parent.iterdir() if path.name.startswith("toolkernel-")]
