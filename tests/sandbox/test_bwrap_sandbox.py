@@ -241,6 +241,72 @@ def test_the_runtime_virtualenv_interpreter_works_inside(bwrap: Path, workspace:
     assert json.loads(stdout) == sys.prefix
 
 
+def bound(args: Sequence[str]) -> list[Path]:
+    """The host paths a bubblewrap command line binds."""
+    binds = ("--bind", "--ro-bind", "--ro-bind-try")
+    return [Path(args[i + 1]) for i, arg in enumerate(args[:-1]) if arg in binds]
+
+
+@pytest.fixture
+def host_secret(tmp_path: Path) -> Path:
+    """A file outside the workspace, under the host's /tmp (private in the sandbox)."""
+    secret = tmp_path / "outside" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_text("host-only-contents\n")
+    return secret
+
+
+@pytest.mark.parametrize("program", ["/tmp/../bin/sh", "/usr/../bin/sh", "/bin/./sh"])
+def test_a_program_path_with_dot_segments_binds_no_more_of_the_host(
+    bwrap: Path, workspace: Path, host_secret: Path, program: str
+) -> None:
+    script = f"cat {host_secret}; ls /root /etc/shadow"
+    outcome, stdout = run(bwrap, [program, "-c", script], workspace)
+    assert "host-only-contents" not in stdout
+    assert outcome.exit_code != 0
+    assert "No such file or directory" in outcome.stderr_path.read_text()
+
+
+def test_a_script_s_interpreter_path_with_dot_segments_binds_no_more_of_the_host(
+    bwrap: Path, workspace: Path, host_secret: Path
+) -> None:
+    script = workspace / "peek"
+    script.write_text(f"#!/tmp/../bin/sh\ncat {host_secret}\n")
+    script.chmod(0o755)
+    outcome, stdout = run(bwrap, ["./peek"], workspace)
+    assert "host-only-contents" not in stdout
+    assert outcome.exit_code != 0
+
+
+def test_naming_a_host_file_as_the_program_shows_nothing_of_it(
+    bwrap: Path, workspace: Path, host_secret: Path
+) -> None:
+    """Not bound into the sandbox: running it finds no such file, as for a file that
+    does not exist (not "permission denied", which would tell that it does)."""
+    outcome, _ = run(bwrap, [str(host_secret)], workspace)
+    assert outcome.exit_code != 0
+    assert "No such file or directory" in outcome.stderr_path.read_text()
+    spec = SandboxSpec(workspace, writable=False, env={})
+    args = bwrap_module.bwrap_argv([str(host_secret.parent)], spec, bwrap=bwrap)
+    assert not [path for path in bound(args) if host_secret.is_relative_to(path)]
+
+
+def test_an_interpreter_that_does_not_exist_binds_nothing(
+    bwrap: Path, workspace: Path, tmp_path: Path
+) -> None:
+    """A prefix is bound for a program that exists there, never for a name alone: a
+    made-up ``#!/DIR/bin/x`` would otherwise bind any DIR that has a lib/."""
+    prefix = tmp_path / "prefix"
+    (prefix / "lib").mkdir(parents=True)
+    (prefix / "lib" / "private.txt").write_text("not for the sandbox\n")
+    script = workspace / "run-me"
+    script.write_text(f"#!{prefix}/bin/x\n")
+    script.chmod(0o755)
+    spec = SandboxSpec(workspace, writable=False, env={"PATH": "/usr/bin:/bin"})
+    args = bwrap_module.bwrap_argv(["./run-me"], spec, bwrap=bwrap)
+    assert not [path for path in bound(args) if path.is_relative_to(prefix)]
+
+
 def test_rlimits_reach_the_command(bwrap: Path, workspace: Path) -> None:
     limits = SandboxLimits(cpu_seconds=7, memory_bytes=512 * 1024**2, file_size_bytes=1024**2)
     got = run_python(

@@ -185,7 +185,10 @@ def bwrap_argv(
         ("--size", tmp, *m) if m == ("--tmpfs", "/tmp") else m  # noqa: S108
         for m in _system_mounts(network=spec.network)
     ]
-    for path in (*_program_prefixes(argv[0], spec), *spec.extra_ro_binds):
+    # The operator's binds as given (one that is missing is bubblewrap's error, which
+    # refuses the sandbox); what the model's argv leads to only where _bindable allows.
+    programs = [p for p in map(_bindable, _program_prefixes(argv[0], spec)) if p is not None]
+    for path in (*programs, *spec.extra_ro_binds):
         if not _covered(path, spec.workspace):
             mounts.append(("--ro-bind", str(path), str(path)))
     mounts.extend(("--bind", str(p), str(p)) for p in spec.extra_rw_binds)
@@ -316,19 +319,46 @@ def _covered(path: Path, workspace: Path) -> bool:
     return any(path.is_relative_to(root) for root in roots)
 
 
+def _bindable(path: Path) -> Path | None:
+    """``path`` as it may be bound read-only, or ``None`` when it may not be.
+
+    bubblewrap resolves a bind's paths itself, so ``..`` is taken out here first
+    (``/tmp/..`` would bind the host's whole root over the sandbox's), and what it
+    names must exist, and never be the root or a home directory whole (credentials).
+    """
+    normal = Path(os.path.normpath(path))
+    real = normal.resolve()
+    home = Path.home()
+    if not normal.exists() or Path("/") in (normal, real) or {normal, real} & {home, home.parent}:
+        return None
+    return normal
+
+
 def _program_prefixes(program: str, spec: SandboxSpec) -> list[Path]:
-    """Host directories a program outside /usr needs: its install prefix and interpreter's."""
+    """Host directories a program outside /usr needs: its install prefix and interpreter's.
+
+    Only for a program that exists and may be executed, and an interpreter that does
+    too: a path the model names (argv[0], a script's ``#!`` line) binds nothing else.
+    """
     found = shutil.which(program, path=spec.env.get("PATH", os.defpath), mode=os.X_OK)
     if found is None and "/" in program:
         found = str(spec.cwd_path() / program)
-    if found is None:
+    exe = _executable(found)
+    if exe is None:
         return []
-    exe = Path(found).absolute()
     prefixes: list[Path] = []
-    for candidate in (exe, exe.resolve(), _shebang_interpreter(exe)):
+    for candidate in (exe, exe.resolve(), _executable(_shebang_interpreter(exe))):
         if candidate is not None:
             prefixes.extend(_install_prefixes(candidate))
     return list(dict.fromkeys(prefixes))
+
+
+def _executable(path: str | Path | None) -> Path | None:
+    """``path`` absolute and without ``..``, if it names an executable file."""
+    if path is None:
+        return None
+    exe = Path(os.path.normpath(Path(path).absolute()))
+    return exe if exe.is_file() and os.access(exe, os.X_OK) else None
 
 
 def _install_prefixes(exe: Path) -> list[Path]:
