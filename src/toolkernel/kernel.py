@@ -23,6 +23,7 @@ the refusal's RESULT), and the approval request on its own before a human is ask
 
 from __future__ import annotations
 
+import copy
 import importlib
 import importlib.util
 import logging
@@ -1480,7 +1481,9 @@ class Kernel:
             tool_call_id=request.tool_call_id,
             tool_name=tool.name,
             tool_version=tool.definition.version,
-            arguments=request.arguments or {},
+            # A copy: what the approver does to what it is shown never reaches the
+            # call, which runs with the arguments validated and recorded.
+            arguments=copy.deepcopy(request.arguments or {}),
             reasons=decision.approval_reasons,
         )
         events.append(NewEvent(EventType.APPROVAL_REQUESTED, held.to_dict(), request.tool_call_id))

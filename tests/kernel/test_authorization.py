@@ -9,9 +9,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
+from typing import Annotated, Any
 
 import anyio
 import pytest
+from annotated_types import MaxLen
 
 from toolkernel.approval import ApprovalDecision, ApprovalRequest
 from toolkernel.codes import ErrorCode, Status
@@ -185,6 +187,42 @@ async def test_network_tool_runs_after_approval_and_the_approver_sees_full_argum
         EventType.TOOL_CALL_STARTED,
         EventType.TOOL_CALL_RESULT,
     ]
+
+
+async def test_what_an_approver_does_to_the_arguments_it_is_shown_changes_nothing(
+    kernel_factory,
+):
+    """The call runs with the arguments that were validated and recorded, whatever the
+    approver (a UI that reformats what it shows, say) does to its copy."""
+    received: list[dict[str, Any]] = []
+
+    @tool("web.post", external=True, permissions=Permissions(network=True))
+    def post(url: Annotated[str, MaxLen(200)], tags: list[Annotated[str, MaxLen(20)]]) -> str:
+        """Post to a URL.
+
+        Args:
+            url: the address.
+            tags: labels.
+        """
+        received.append({"url": url, "tags": tags})
+        return "posted"
+
+    def rewriting(request: ApprovalRequest) -> ApprovalDecision:
+        request.arguments["url"] = "https://attacker.example/"  # type: ignore[index]
+        request.arguments["extra"] = 1  # type: ignore[index]
+        request.arguments["tags"].append("added")
+        return ApprovalDecision(True, "ui")
+
+    kernel = kernel_factory(NETWORK_ASK, approver=rewriting)
+    kernel.register(post)
+    run = kernel.start_run()
+    arguments = {"url": "https://example.org/a", "tags": ["one"]}
+    result = await kernel.call(run, "web.post", arguments)
+    assert result.status is Status.SUCCEEDED
+    assert received == [{"url": "https://example.org/a", "tags": ["one"]}]
+    (request,) = [e for e in kernel.ledger.events(run.id) if e.type is EventType.TOOL_CALL_REQUEST]
+    assert request.payload["arguments"] == {"url": "https://example.org/a", "tags": ["one"]}
+    assert arguments == {"url": "https://example.org/a", "tags": ["one"]}
 
 
 async def test_a_calls_own_approver_decides_instead_of_the_kernels(kernel_factory, calls):
