@@ -12,6 +12,7 @@ import asyncio
 import contextvars
 import copy
 import inspect
+import logging
 import queue
 import threading
 import time
@@ -35,6 +36,8 @@ from toolkernel.errors import ToolFailed, ToolPartial
 from toolkernel.registry import RegisteredTool
 
 __all__ = ["Adapter", "Invocation", "NativeAdapter", "Outcome", "ToolOutput", "dispatch"]
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +159,15 @@ class NativeAdapter:
             # in the worker (the tool may start an event loop of its own).
             context = contextvars.copy_context()
             context.run(sniffio.current_async_library_cvar.set, None)
-            self._workers.submit(loop, future, partial(context.run, handler, **kwargs))
+            try:
+                self._workers.submit(loop, future, partial(context.run, handler, **kwargs))
+            except RuntimeError as exc:  # "can't start new thread": the tool never ran
+                _log.error("%s could not run: %s", tool.name, exc)
+                raise ToolFailed(
+                    safe_message(ErrorCode.INTERNAL_ERROR, tool=tool.name),
+                    code=ErrorCode.INTERNAL_ERROR,
+                    retryable=True,  # a shortage of threads may pass
+                ) from None
             output = await future
         else:
             output = await anyio.to_thread.run_sync(
@@ -237,10 +248,20 @@ class _Workers:
         )
 
     def _start(self, job: _Job | None) -> None:
+        """Start a thread for ``job`` (or the queue's next one).
+
+        Raises:
+            RuntimeError: the thread could not start (it holds no place then).
+        """
         self._threads += 1
-        threading.Thread(
+        worker = threading.Thread(
             target=self._work, args=(job,), name=f"toolkernel-worker-{self._threads}", daemon=True
-        ).start()
+        )
+        try:
+            worker.start()
+        except BaseException:
+            self._threads -= 1
+            raise
 
     def _settled(self, job: _Job, future: asyncio.Future[Any]) -> None:
         """On the caller's loop: a cancelled future whose job runs abandons its thread,
@@ -253,8 +274,12 @@ class _Workers:
             job.abandoned = True
             self._abandoned += 1
             if self._backlog and self._may_grow():
+                try:
+                    self._start(None)  # it takes the oldest queued job
+                except RuntimeError:
+                    _log.warning("no worker thread could start; queued tool calls wait")
+                    return
                 self._backlog -= 1
-                self._start(None)  # it takes the oldest queued job
 
     def _work(self, job: _Job | None) -> None:
         while True:

@@ -2073,3 +2073,41 @@ async def test_a_call_whose_key_claim_failed_is_recorded_as_never_started(
         (EventType.TOOL_CALL_RESULT, "INTERNAL_ERROR"),
     ]
     assert ledger.verify().ok
+
+
+async def test_a_worker_thread_that_cannot_start_is_the_runtime_s_failure_and_passes(
+    kernel_factory, monkeypatch
+):
+    """Out of threads, a sync tool's call fails as INTERNAL_ERROR, retryable (the tool
+    never ran); once threads start again, so do its calls (no place is held by a
+    thread that never started)."""
+
+    @tool("n.echo", timeout_ms=5_000)
+    def echo(x: int) -> int:
+        """Echo.
+
+        Args:
+            x: a number.
+        """
+        return x
+
+    real_start = threading.Thread.start
+    refusals = {"left": 20}  # more than the pool's threads
+
+    def short_of_threads(thread: threading.Thread) -> None:
+        if thread.name.startswith("toolkernel-worker") and refusals["left"] > 0:
+            refusals["left"] -= 1
+            raise RuntimeError("can't start new thread")
+        real_start(thread)
+
+    kernel = kernel_factory()
+    kernel.register(echo)
+    run = kernel.start_run()
+    monkeypatch.setattr(threading.Thread, "start", short_of_threads)
+    refused = [await kernel.call(run, "n.echo", {"x": i}) for i in range(20)]
+    assert {(r.status, r.error_code, r.retryable) for r in refused} == {
+        (Status.FAILED, ErrorCode.INTERNAL_ERROR, True)
+    }
+    with anyio.fail_after(5):
+        again = await kernel.call(run, "n.echo", {"x": 7})
+    assert (again.status, again.structured_output) == (Status.SUCCEEDED, 7)
