@@ -106,11 +106,14 @@ def _sole_error(exc: BaseException) -> BaseException:
 
 
 def _open_missing_streams() -> None:
-    """A standard stream the caller closed (``<&-``, ``2>&-``) is None in Python: read
-    as empty, written to nowhere. (``print(file=None)`` would write to stdout: a
-    warning in the middle of JSON.)"""
+    """A standard stream the caller closed (``<&-``, ``>&-``, ``2>&-``) is None in
+    Python: read as empty, written to nowhere (a closed stdout is a reader that left
+    before the start). (``print(file=None)`` would write to stdout: a warning in the
+    middle of JSON.)"""
     if sys.stdin is None:
         sys.stdin = open(os.devnull)  # noqa: SIM115, PTH123 - for the process's life
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115, PTH123 - for the process's life
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115, PTH123 - for the process's life
 

@@ -47,3 +47,20 @@ def test_a_closed_stderr_keeps_warnings_out_of_the_json_on_stdout(workspace: Pat
     )
     assert done.returncode == 1  # the chain is broken
     assert isinstance(json.loads(done.stdout), list)
+
+
+def test_a_closed_stdout_discards_the_output_and_keeps_the_exit_code(workspace: Path):
+    """`toolkernel call … >&-`: the call runs and is recorded, and the exit code is the
+    one it decided, with no traceback (stdout is None in Python then)."""
+    ok = " ".join([*TOOLKERNEL, "call", "memory.read", "--args", "'{}'", "--workspace"])
+    refused = " ".join([*TOOLKERNEL, "call", "no.such.tool", "--args", "'{}'", "--workspace"])
+    for command, code in ((ok, 0), (refused, 1)):
+        done = subprocess.run(
+            ["bash", "-c", f"{command} {workspace} >&-"], capture_output=True, timeout=60
+        )
+        assert done.returncode == code, done.stderr
+        assert done.stderr == b""
+    verify = [*TOOLKERNEL, "ledger", "verify", "--workspace", str(workspace)]
+    checked = subprocess.run(verify, capture_output=True, timeout=60, text=True)
+    assert checked.returncode == 0
+    assert "2 runs" in checked.stdout
