@@ -377,10 +377,11 @@ CATALOG: Final[dict[ErrorCode, CodeInfo]] = {
 
 
 def safe_message(code: ErrorCode, **fields: object) -> str:
-    """Render the safe-message template of ``code``; missing fields render as '?'."""
+    """Render the safe-message template of ``code``; missing fields render as '?', and
+    an empty last field (a rule with no reason) leaves no space behind."""
     info = CATALOG[code]
     values = {name: fields.get(name, "?") for name in info.fields}
-    return info.template.format(**values)
+    return info.template.format(**values).rstrip()
 
 
 def safe_field(text: str, limit: int = 64) -> str:

@@ -1073,3 +1073,24 @@ async def test_a_refusal_by_nobody_is_approval_required_not_rejected(
     result = await kernel.call(run, "web.fetch", {"url": "https://example.org"})
     assert (result.status, result.error_code) == (Status.DENIED, code)
     assert "web.fetch" not in calls.count
+
+
+async def test_a_deny_rule_without_a_reason_ends_its_message_cleanly(kernel_factory, calls):
+    kernel = kernel_factory(
+        """
+        [run]
+        profile = "full"
+
+        [[policy.rules]]
+        tools = ["web.fetch"]
+        action = "deny"
+
+        [[exposure]]
+        tools = ["*"]
+        """
+    )
+    run = kernel.start_run()
+    result = await kernel.call(run, "web.fetch", {"url": "https://example.org/"})
+    assert result.error_code is ErrorCode.POLICY_DENIED
+    assert result.safe_message == "web.fetch is not allowed by this run's policy."
+    assert calls.count == {}
