@@ -36,7 +36,7 @@ from toolkernel.codes import CATALOG, Status
 from toolkernel.config import CONFIG_SCHEMA, Config, load_config
 from toolkernel.context import RunState
 from toolkernel.definition import ToolDefinition
-from toolkernel.errors import LedgerMissing, ToolkernelError, UsageError
+from toolkernel.errors import LedgerMissing, ProcessStopped, ToolkernelError, UsageError
 from toolkernel.kernel import Kernel, open_ledger
 from toolkernel.ledger import (
     Event,
@@ -152,13 +152,12 @@ class _ReaderMayLeave:
         return getattr(self._stream, name)
 
 
-class _Stopped(KeyboardInterrupt):
+class _Stopped(ProcessStopped):
     """SIGTERM or SIGHUP, taken as Ctrl-C is: the call in flight is cancelled and
-    recorded, what it started is stopped, and the command exits."""
+    recorded (RUNTIME_STOPPED), what it started is stopped, and the command exits."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
-        self.signum = signum
         self.name = signal.Signals(signum).name
 
 
@@ -172,6 +171,7 @@ def _stopped_like_ctrl_c() -> Iterator[None]:
         return
 
     def stop(signum: int, frame: object) -> None:
+        ProcessStopped.underway = True
         raise _Stopped(signum)
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}

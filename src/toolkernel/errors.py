@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from toolkernel.calls import ArtifactRef
 from toolkernel.codes import ErrorCode, safe_message
@@ -36,6 +36,7 @@ __all__ = [
     "LedgerCorrupted",
     "LedgerError",
     "LedgerMissing",
+    "ProcessStopped",
     "SandboxUnavailable",
     "ToolFailed",
     "ToolPartial",
@@ -102,6 +103,23 @@ class SandboxUnavailable(ToolkernelError):
 
 class UsageError(ToolkernelError):
     """The runtime was called in a way its API does not allow."""
+
+
+class ProcessStopped(KeyboardInterrupt):
+    """The process was told to stop (SIGTERM, SIGHUP), raised where Ctrl-C would be:
+    a call it interrupts is recorded as CANCELLED/RUNTIME_STOPPED, retryable, not as
+    the user's cancel.
+
+    Raised in the event loop's own code, it reaches the calls as a cancellation of
+    their tasks: ``underway``, set by whoever raises it, tells those apart too.
+    """
+
+    underway: ClassVar[bool] = False
+    """Set once the process is stopping: from then on an interrupted call was stopped."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 class ToolSignal(Exception):

@@ -74,6 +74,7 @@ from toolkernel.errors import (
     DefinitionError,
     LedgerCorrupted,
     LedgerError,
+    ProcessStopped,
     UsageError,
 )
 from toolkernel.exposure import select_exposed
@@ -230,9 +231,14 @@ class _Journal:
         """A RESULT for each call of the batch that has a REQUEST and none yet, so that
         the ledger does not end mid-call: CANCELLED/USER_CANCELLED when the caller was
         cancelled or interrupted (Ctrl-C) while the call was admitted or ran,
+        CANCELLED/RUNTIME_STOPPED when the process was told to stop (SIGTERM),
         FAILED/INTERNAL_ERROR when the pipeline itself failed."""
-        stopped = isinstance(exc, KeyboardInterrupt | anyio.get_cancelled_exc_class())
-        code = ErrorCode.USER_CANCELLED if stopped else ErrorCode.INTERNAL_ERROR
+        if not isinstance(exc, KeyboardInterrupt | anyio.get_cancelled_exc_class()):
+            code = ErrorCode.INTERNAL_ERROR
+        elif isinstance(exc, ProcessStopped) or ProcessStopped.underway:
+            code = ErrorCode.RUNTIME_STOPPED
+        else:
+            code = ErrorCode.USER_CANCELLED
         unfinished = [(i, p) for i, payloads in self._open.items() for p in payloads]
         for call_id, stored in unfinished:
             request = ToolCallRequest(

@@ -77,4 +77,7 @@ def test_a_stopped_call_is_recorded_cancelled_and_its_command_stopped(
     assert report.ok
     assert report.unfinished == []
     assert result.payload["result"]["status"] == "CANCELLED"
+    # The process was stopped, nobody cancelled the call: repeating it may work.
+    assert result.payload["result"]["errorCode"] == "RUNTIME_STOPPED"
+    assert result.payload["result"]["retryable"] is True
     assert running(sleep) == []
