@@ -23,6 +23,7 @@ from toolkernel.globs import compile_globs, workspace_pattern
 from toolkernel.kernel import Kernel
 from toolkernel.mcp import McpBridge
 from toolkernel.pathguard import PathGuard, PathViolation
+from toolkernel.state import check_placement
 from toolkernel.testing import make_kernel
 from toolkernel.tools.search import find_rg
 
@@ -575,3 +576,13 @@ def test_the_guard_of_a_loaded_config_forbids_the_dot_slash_pattern(repo):
     assert isinstance(refused, PathViolation)
     assert refused.code is ErrorCode.FORBIDDEN_PATH
     assert not isinstance(guard.check("vendor/secrets/note.txt"), PathViolation)
+
+
+@pytest.mark.parametrize("path", [".", "/tmp", ".toolkernel"])
+def test_a_ledger_path_that_is_a_directory_is_refused_naming_the_key(
+    tmp_path: Path, path: str
+) -> None:
+    (tmp_path / ".toolkernel").mkdir()
+    (tmp_path / "toolkernel.toml").write_text(f'[ledger]\npath = "{path}"\n')
+    with pytest.raises(ConfigError, match=r"'ledger\.path': .* is a directory"):
+        check_placement(load_config(workspace=tmp_path))
