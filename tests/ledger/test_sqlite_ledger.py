@@ -368,6 +368,27 @@ def test_a_duplicated_event_is_named_as_a_repeat_not_as_a_missing_seq(tmp_path: 
     ]
 
 
+@pytest.mark.parametrize("bad", [0, -1])
+def test_a_seq_below_one_is_named_out_of_range_and_the_rest_measured_without_it(
+    tmp_path: Path, bad: int
+) -> None:
+    path = tmp_path / "ledger.db"
+    with SqliteLedger(path) as ledger:
+        ledger.append("run-1", [NewEvent(EventType.TOOL_CALL_REQUEST, {"n": n}) for n in range(3)])
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE events SET seq = ? WHERE seq = 1", (bad,))
+    conn.close()
+
+    with SqliteLedger(path, read_only=True) as ledger:
+        report = ledger.verify()
+
+    assert not report.ok
+    assert [(p.seq, p.kind, p.detail) for p in report.problems if p.kind == "gap"] == [
+        (bad, "gap", f"seq {bad} is out of range (seqs start at 1)"),
+        (2, "gap", "expected seq 1, found seq 2"),
+    ]
+
+
 def test_an_error_on_a_full_file_system_says_it_is_full(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

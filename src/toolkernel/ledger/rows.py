@@ -278,7 +278,9 @@ class Verifier:
                 self._add(run_id, seq, "bad_payload", misstored)
                 if type(seq) is not int:
                     continue  # no place in the chain: the seq it had shows as a gap
-            if seq < expected:
+            if seq < 1:  # no place in the chain: later events are measured without it
+                self._add(run_id, seq, "gap", f"seq {seq} is out of range (seqs start at 1)")
+            elif seq < expected:
                 self._add(run_id, seq, "gap", f"seq {seq} again after seq {expected - 1}")
             elif seq != expected:
                 self._add(run_id, seq, "gap", f"expected seq {expected}, found seq {seq}")
@@ -288,7 +290,8 @@ class Verifier:
             self._check_index(run_id, seq, type_, payload)
             if misstored is None:
                 self._track_call(row)
-            expected, prev, last = seq + 1, stored, (seq, stored)
+            if seq >= 1:
+                expected, prev, last = seq + 1, stored, (seq, stored)
         if current is not _NO_RUN:
             self._check_head(current, last)
         for run_id, (seq, _) in sorted(self.heads.items(), key=_by_name):
