@@ -74,13 +74,22 @@ class CallParser(Protocol):
     ) -> list[ToolCall]: ...
 
 
+class ResultRenderer(Protocol):
+    """Writes results as the provider's messages (``render_openai_chat_results`` and
+    the others); with ``names``, tools are named as the model was shown them."""
+
+    def __call__(
+        self, results: Sequence[ToolCallResult], /, *, names: NameMap | None = ...
+    ) -> list[dict[str, Any]]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ProviderFormat:
     """One provider API's three translations."""
 
     render_tools: Callable[[Sequence[ToolDefinition]], list[dict[str, Any]]]
     parse: CallParser
-    render_results: Callable[[Sequence[ToolCallResult]], list[dict[str, Any]]]
+    render_results: ResultRenderer
 
 
 def _anthropic_calls(
@@ -90,9 +99,11 @@ def _anthropic_calls(
     return parse_anthropic(message, names)
 
 
-def _anthropic_results(results: Sequence[ToolCallResult]) -> list[dict[str, Any]]:
+def _anthropic_results(
+    results: Sequence[ToolCallResult], /, *, names: NameMap | None = None
+) -> list[dict[str, Any]]:
     # Every tool_result of a turn goes in the one user message that follows it.
-    return [render_anthropic_results(results)] if results else []
+    return [render_anthropic_results(results, names=names)] if results else []
 
 
 FORMATS: Final[Mapping[Provider, ProviderFormat]] = MappingProxyType(
@@ -210,8 +221,9 @@ class AgentLoop:
         return list(answering(calls, results))
 
     def render(self, results: Sequence[ToolCallResult]) -> list[dict[str, Any]]:
-        """The messages that carry ``results`` back to the model (their projections)."""
-        return self._format.render_results(results)
+        """The messages that carry ``results`` back to the model (their projections,
+        tools named as the model was shown them)."""
+        return self._format.render_results(results, names=self._names)
 
     async def handle(self, response: Any) -> list[dict[str, Any]]:
         """Execute the calls of ``response``; return the messages to append after it.

@@ -237,6 +237,34 @@ def test_a_tool_that_exists_but_is_not_shown_reads_back_as_not_exposed(tmp_path)
     assert projection(messages[0]["content"])["errorCode"] == ErrorCode.TOOL_NOT_EXPOSED
 
 
+@pytest.mark.parametrize(
+    ("provider", "response"),
+    [
+        ("openai-chat", chat(("c1", "file__reed", "{}"), ("c2", "file__read", "{}"))),
+        ("anthropic", anthropic(("c1", "file__reed", {}), ("c2", "file__read", {}))),
+    ],
+)
+def test_messages_name_tools_as_the_model_was_shown_them(kernel, provider, response):
+    """A model told "no tool file.read" or "available: repo.search, …" is pointed at
+    names it was never given; it sees the names in its tools list."""
+    loop = AgentLoop(kernel, kernel.start_run(), provider)
+    shown = {t.get("name") or t["function"]["name"] for t in loop.tools()}
+
+    messages = loop.handle_sync(response)
+
+    contents = (
+        [m["content"] for m in messages]
+        if provider == "openai-chat"
+        else [b["content"] for b in messages[0]["content"]]
+    )
+    unknown, invalid = (projection(c)["safeMessage"] for c in contents)
+    assert unknown.startswith("There is no tool named 'file__reed'. Available tools: ")
+    listed = unknown.removeprefix("There is no tool named 'file__reed'. Available tools: ")
+    assert set(listed.rstrip(".").split(", ")) == shown
+    assert "file__read" in invalid
+    assert "file.read" not in invalid
+
+
 def test_handle_works_before_tools_were_rendered(kernel):
     loop = AgentLoop(kernel, kernel.start_run(), "anthropic")
 

@@ -83,3 +83,22 @@ def test_every_mapped_name_is_safe_and_maps_back(tool_names: list[str]) -> None:
         mapped = names.provider_name(name)
         assert SAFE.fullmatch(mapped)
         assert names.tool_name(mapped) == name
+
+
+_SEGMENT = st.from_regex(r"[a-z][a-z0-9_]{0,5}", fullmatch=True)
+_DOTTED = st.lists(_SEGMENT, min_size=2, max_size=3).map(".".join)
+
+
+@given(st.lists(_DOTTED, min_size=1, max_size=5, unique=True), st.data())
+def test_respelling_a_message_renames_whole_tool_names_only(names: list[str], data) -> None:
+    table = NameMap(to_provider={n: provider_name(n) for n in names})
+    picked = data.draw(st.lists(st.sampled_from(names), max_size=6))
+    joints = data.draw(st.lists(st.sampled_from([", ", " ", "'", ". ", ": "]), min_size=7))
+    pairs = list(zip(joints, picked, strict=False))
+    text = "".join(j + n for j, n in pairs) + "."
+    assert table.respell(text) == "".join(j + provider_name(n) for j, n in pairs) + "."
+    # Part of a longer name, or of a path, is not a tool name.
+    for name in names:
+        for longer in (f"{name}x", f"{name}.more", f"x{name}", f"src/{name}.py", f"{name}-1"):
+            if longer not in names:
+                assert table.respell(longer) == longer

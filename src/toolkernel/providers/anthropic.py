@@ -77,7 +77,10 @@ def parse_anthropic(message: Any, names: NameMap) -> list[ToolCall]:
 
 
 def render_anthropic_results(
-    results: Sequence[ToolCallResult], *, calls: Sequence[ToolCall] | None = None
+    results: Sequence[ToolCallResult],
+    *,
+    calls: Sequence[ToolCall] | None = None,
+    names: NameMap | None = None,
 ) -> dict[str, Any]:
     """One user message with a ``tool_result`` block per result, in order.
 
@@ -89,6 +92,8 @@ def render_anthropic_results(
         calls: the calls they answer, as parsed. Pass them: the kernel records a call
             under an id of its own where it cannot keep the one sent, and the model
             must be answered under the id it sent.
+        names: the map the tools were rendered with: messages then name tools as
+            the model was shown them (``file__read``, not ``file.read``).
 
     Raises:
         UsageError: ``calls`` and ``results`` differ in number.
@@ -99,7 +104,7 @@ def render_anthropic_results(
             {
                 "type": "tool_result",
                 "tool_use_id": r.tool_call_id,
-                "content": projection_json(r),
+                "content": projection_json(r, names),
                 "is_error": r.status not in _USABLE,
             }
             for r in answering(calls, results)

@@ -139,6 +139,18 @@ class NameMap:
         """The provider's spelling of a tool in this set (computed for others)."""
         return self.to_provider.get(tool_name) or provider_name(tool_name)
 
+    def respell(self, text: str) -> str:
+        """``text`` with the tool names of this set spelled the provider's way: a safe
+        message names tools as the kernel does (``file.read``), the model knows them as
+        it was shown them (``file__read``)."""
+        renamed = {n: p for n, p in self.to_provider.items() if n != p and n in text}
+        if not renamed:
+            return text
+        names = "|".join(re.escape(n) for n in sorted(renamed, key=len, reverse=True))
+        # A whole name: not part of a longer one (``file.read`` in ``file.read_all``).
+        whole = re.compile(rf"(?<![\w.-])(?:{names})(?![\w-]|\.[\w-])")
+        return whole.sub(lambda match: renamed[match.group()], text)
+
     def tool_name(self, provider_name: str) -> str:
         """The tool a provider name stands for; an unknown name is returned unchanged."""
         return self.to_tool.get(provider_name, provider_name)
@@ -188,9 +200,13 @@ def as_json_text(value: Any) -> str:
         return f"<{type(value).__name__}>"
 
 
-def projection_json(result: ToolCallResult) -> str:
-    """The model projection of ``result`` as compact JSON text: all a model may see."""
-    return json.dumps(result.projection(), ensure_ascii=False, separators=(",", ":"))
+def projection_json(result: ToolCallResult, names: NameMap | None = None) -> str:
+    """The model projection of ``result`` as compact JSON text: all a model may see;
+    with ``names``, its safe message names tools as the model was shown them."""
+    projection = result.projection()
+    if names is not None:
+        projection["safeMessage"] = names.respell(projection["safeMessage"])
+    return json.dumps(projection, ensure_ascii=False, separators=(",", ":"))
 
 
 def answering(

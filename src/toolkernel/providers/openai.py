@@ -164,7 +164,10 @@ def parse_openai_responses(
 
 
 def render_openai_chat_results(
-    results: Sequence[ToolCallResult], *, calls: Sequence[ToolCall] | None = None
+    results: Sequence[ToolCallResult],
+    *,
+    calls: Sequence[ToolCall] | None = None,
+    names: NameMap | None = None,
 ) -> list[dict[str, Any]]:
     """One ``role: "tool"`` message per result, in order, carrying its projection.
 
@@ -173,28 +176,37 @@ def render_openai_chat_results(
         calls: the calls they answer, as parsed. Pass them: the kernel records a call
             sent without an id (some OpenAI-compatible servers send ``""``) under an
             id it makes up, and the model must be answered under the id it sent.
+        names: the map the tools were rendered with: messages then name tools as
+            the model was shown them (``file__read``, not ``file.read``).
 
     Raises:
         UsageError: ``calls`` and ``results`` differ in number.
     """
     return [
-        {"role": "tool", "tool_call_id": r.tool_call_id, "content": projection_json(r)}
+        {"role": "tool", "tool_call_id": r.tool_call_id, "content": projection_json(r, names)}
         for r in answering(calls, results)
     ]
 
 
 def render_openai_responses_results(
-    results: Sequence[ToolCallResult], *, calls: Sequence[ToolCall] | None = None
+    results: Sequence[ToolCallResult],
+    *,
+    calls: Sequence[ToolCall] | None = None,
+    names: NameMap | None = None,
 ) -> list[dict[str, Any]]:
     """One ``function_call_output`` input item per result, in order.
 
-    ``calls`` as for ``render_openai_chat_results``.
+    ``calls`` and ``names`` as for ``render_openai_chat_results``.
 
     Raises:
         UsageError: ``calls`` and ``results`` differ in number.
     """
     return [
-        {"type": "function_call_output", "call_id": r.tool_call_id, "output": projection_json(r)}
+        {
+            "type": "function_call_output",
+            "call_id": r.tool_call_id,
+            "output": projection_json(r, names),
+        }
         for r in answering(calls, results)
     ]
 
