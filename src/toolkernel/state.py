@@ -22,8 +22,8 @@ __all__ = ["check_placement", "state_globs", "state_paths"]
 def check_placement(config: Config) -> None:
     """Refuse state that cannot be kept from the tools: the workspace itself as the
     state directory, or a ledger file in the workspace root (SQLite's side files, such
-    as a ``-journal`` a command creates, would be the ledger's too); and a ledger path
-    that is a directory, which no call could be recorded in.
+    as a ``-journal`` a command creates, would be the ledger's too); and a configured
+    ledger path that is a directory, which no call could be recorded in.
 
     Raises:
         ConfigError: either placement, or a path the system cannot look up (a
@@ -37,7 +37,9 @@ def check_placement(config: Config) -> None:
             f"{where}'state_dir': the state needs a directory of its own, not the workspace"
         )
     ledger = _resolved(config.ledger_path, "ledger.path")
-    if config.ledger.backend == "sqlite" and ledger.is_dir():
+    # One the file names; a directory found at the default path is the ledger's own
+    # error ("not a regular file"), as any other thing there that is not a ledger.
+    if config.ledger.backend == "sqlite" and config.ledger.path is not None and ledger.is_dir():
         raise ConfigError(
             f"{where}'ledger.path': '{config.ledger_path}' is a directory; name the "
             "ledger's file (e.g. '.toolkernel/ledger.db')"
