@@ -317,7 +317,10 @@ class Redactor:
         self._homes = (
             re.compile(
                 "|".join(
-                    rf"{re.escape(h)}(?<![\w.~/%-]{re.escape(h)})(?![\w@+-]|\.[\w.@+-])"
+                    # With the path it starts, if any: what _HOST_PATH's pass left of
+                    # "/home//home/x" is "<host-path>/home/x", whose head stands alone.
+                    rf"{re.escape(h)}(?<![\w.~/%-]{re.escape(h)})(?:/[\w.@+-]*+)*+"
+                    rf"(?![\w@+-]|\.[\w.@+-])"
                     for h in single
                 )
             )

@@ -69,3 +69,16 @@ def test_no_standalone_home_survives_whole_or_streamed(parts: list[str]) -> None
     streamed = "".join(stream.feed(text[i : i + 3]) for i in range(0, len(text), 3))
     streamed += stream.close()
     assert standalone.search(streamed) is None, streamed
+
+
+def test_a_home_left_standing_by_the_path_pass_is_masked_with_its_path() -> None:
+    """Found by the property above: the path pass masks "/srvhome/" and leaves
+    "/srvhome/srvhome", whose head then stands alone after the mask."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOME", HOME)
+        redactor = Redactor(WORKSPACE)
+    text = "/srvhome//srvhome/srvhome"
+    assert redactor.redact_text(text, Counter()) == HOST_PATH_MASK * 2
+    stream = StreamRedactor(redactor)
+    streamed = "".join(stream.feed(text[i : i + 3]) for i in range(0, len(text), 3))
+    assert "srvhome" not in streamed + stream.close()
