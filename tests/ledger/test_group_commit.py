@@ -181,6 +181,9 @@ import os, signal, sys, threading
 from pathlib import Path
 from toolkernel.ledger import EventType, GroupCommitLedger, NewEvent, SqliteLedger
 
+# A shell's background job (`cmd &` without job control) starts with SIGINT ignored,
+# and so would this process: Ctrl-C must be Ctrl-C here.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 ledger = GroupCommitLedger(SqliteLedger(Path(sys.argv[1])))
 threading.Timer(float(sys.argv[2]), lambda: os.kill(os.getpid(), signal.SIGINT)).start()
 appended = 0
