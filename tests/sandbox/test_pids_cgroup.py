@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolkernel.sandbox import SandboxLimits, SandboxSpec, run_sandboxed
+from toolkernel.sandbox import process as process_module
 from toolkernel.sandbox.pids import _own_paths, _own_pids_cgroup, _pids_mounts, _unescape
 
 MOUNTINFO_V1 = """\
@@ -72,12 +73,23 @@ print(started)
 """
 
 
-@pytest.mark.parametrize("unsandboxed", [False, True], ids=["sandboxed", "unsandboxed"])
+@pytest.mark.parametrize(
+    ("unsandboxed", "prlimit"),
+    [(False, True), (True, True), (True, False)],
+    ids=["sandboxed", "unsandboxed", "unsandboxed-without-prlimit"],
+)
 def test_max_processes_holds_whoever_runs_the_command(
-    bwrap: Path, tmp_path: Path, unsandboxed: bool
+    bwrap: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unsandboxed: bool, prlimit: bool
 ) -> None:
     """Root is exempt from RLIMIT_NPROC; a pids cgroup holds the ceiling for it, joined
-    before the command runs (unsandboxed: first thing, in the trampoline)."""
+    before the command runs (unsandboxed: first thing, by a shell or the trampoline)."""
+    if not prlimit:
+        which = process_module.shutil.which
+        monkeypatch.setattr(
+            process_module.shutil,
+            "which",
+            lambda name, *a, **k: None if name == "prlimit" else which(name, *a, **k),
+        )
     spec = SandboxSpec(
         workspace=tmp_path,
         writable=True,

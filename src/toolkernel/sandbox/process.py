@@ -629,10 +629,20 @@ def _with_limits(command: list[str], limits: SandboxLimits, cgroup: PidsCgroup |
     in ``cgroup`` from its first instruction, when one holds its process ceiling."""
     values: dict[str, object] = dict(_limit_values(limits))
     prlimit = shutil.which("prlimit")
-    if prlimit is not None and cgroup is None:
+    if prlimit is not None:
         flags = [f"--{name[7:].lower()}={value}" for name, value in values.items()]
-        return [prlimit, *flags, "--", *command]
+        limited = [prlimit, *flags, "--", *command]
+        if cgroup is None:
+            return limited
+        # The shell joins the cgroup, then becomes prlimit, which becomes the command:
+        # a millisecond, where the trampoline's interpreter takes some fifteen.
+        procs = str(cgroup.path / "cgroup.procs")
+        return ["/bin/sh", "-c", _JOIN_THEN_RUN, procs, *limited]
     if cgroup is not None:
         values["cgroup"] = cgroup.path / "cgroup.procs"
     pairs = [str(item) for pair in values.items() for item in pair]
     return [sys.executable, "-I", "-S", "-c", _TRAMPOLINE, *pairs, "--", *command]
+
+
+# $0 is the cgroup.procs file, "$@" the command: it runs only once the shell has joined.
+_JOIN_THEN_RUN: Final = 'echo "$$" > "$0" && exec "$@"'
