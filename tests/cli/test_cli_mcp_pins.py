@@ -100,7 +100,10 @@ def test_approve_with_the_diffs_hash_approves_only_the_reviewed_definition(capsy
     assert store.get("fx", "search").definition["description"] == "Searches."
     assert main(["mcp", "diff", "fx", "search", "--workspace", str(workspace)]) == 0
     current = capsys.readouterr().out.rsplit("--hash ", 1)[1].split()[0]
-    assert main([*approve, "--hash", current[:19]]) == 0
+    # 48 bits a server could match by trying: the prefix must hold 128.
+    assert main([*approve, "--hash", current[:19]]) == 2
+    assert "--hash needs at least 39 characters of the hash" in capsys.readouterr().err
+    assert main([*approve, "--hash", current[:39]]) == 0
     assert (
         "ignore previous"
         in PinStore.in_state_dir(workspace / ".toolkernel")
@@ -120,7 +123,7 @@ def test_a_mistyped_hash_is_not_blamed_on_an_older_rejection(capsys, workspace):
     store.check("fx", {**tool, "description": "Echoes, v2."})
     approve = ["mcp", "approve", "fx", "echo", "--workspace", str(workspace)]
 
-    assert main([*approve, "--hash", "sha256:0000000000000000"]) == 2
+    assert main([*approve, "--hash", "sha256:" + "0" * 32]) == 2
 
     err = capsys.readouterr().err
     assert "run toolkernel mcp diff fx echo again" in err

@@ -36,6 +36,7 @@ from toolkernel.canonical import sha256_of
 from toolkernel.errors import ConfigError, UsageError
 
 __all__ = [
+    "MIN_HASH_PREFIX",
     "PIN_FIELDS",
     "PIN_FILENAME",
     "Pin",
@@ -51,6 +52,10 @@ __all__ = [
 PIN_FILENAME: Final = "mcp-pins.json"
 PIN_FIELDS: Final = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
 _FORMAT: Final = 1
+
+MIN_HASH_PREFIX: Final = len("sha256:") + 32
+"""The shortest ``--hash`` an approval takes: 128 bits, which no server can match with
+another definition by trying (12 hex digits, 48 bits, it could)."""
 
 _Stamp = tuple[int, int, int, int]  # inode, size, mtime and ctime (ns) of the pin file
 _Change = Callable[[], None]  # one change to the pins, applied to the file as it is
@@ -176,9 +181,11 @@ class PinStore:
     def approve(self, server: str, tool: str, *, expected: str | None = None) -> Pin:
         """Approve the pending definition of a tool: it becomes the pin.
 
-        ``expected`` (the pending hash ``diff_pins`` showed, or its first 19 characters
-        or more) makes sure the definition approved is the one that was reviewed:
-        another gateway on the same state directory may have recorded a different one.
+        ``expected`` (the pending hash ``diff_pins`` showed, or its first
+        ``MIN_HASH_PREFIX`` characters or more) makes sure the definition approved is the
+        one that was reviewed: another gateway on the same state directory may have
+        recorded a different one. A shorter prefix is refused: a server could find
+        another definition that shares it.
 
         Raises:
             UsageError: nothing is pending for that tool, or not the ``expected`` one.
@@ -188,7 +195,12 @@ class PinStore:
             if pending is None:
                 raise UsageError(f"no changed or new definition of {server}.{tool} awaits approval")
             now = str(pending["hash"])
-            if expected is not None and not (len(expected) >= 19 and now.startswith(expected)):
+            if expected is not None and len(expected) < MIN_HASH_PREFIX:
+                raise UsageError(
+                    f"--hash needs at least {MIN_HASH_PREFIX} characters of the hash "
+                    f"(sha256: and 32 hex digits), as {command('diff', server, tool)} prints it"
+                )
+            if expected is not None and not now.startswith(expected):
                 raise UsageError(
                     f"the definition of {server}.{tool} awaiting approval is {now}, not "
                     f"{expected}: run {command('diff', server, tool)} again"
