@@ -307,6 +307,106 @@ def test_an_interpreter_that_does_not_exist_binds_nothing(
     assert not [path for path in bound(args) if path.is_relative_to(prefix)]
 
 
+def program_binds(bwrap: Path, workspace: Path, argv0: str) -> list[Path]:
+    """What bubblewrap would bind for ``argv0`` besides the system and the workspace."""
+    spec = SandboxSpec(workspace, writable=False, env={"PATH": "/usr/bin:/bin"})
+    system = {Path(d) for d in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")}
+    return [
+        path
+        for path in bound(bwrap_module.bwrap_argv([argv0], spec, bwrap=bwrap))
+        if path != workspace and path not in system and not path.is_relative_to(Path("/etc"))
+    ]
+
+
+def executable(path: Path, text: str = "#!/bin/sh\necho ran\n") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def test_a_virtualenv_the_model_wrote_binds_no_host_directory_it_names(
+    bwrap: Path, workspace: Path, host_secret: Path
+) -> None:
+    """``home =`` in a pyvenv.cfg in the workspace counts only where a Python is installed."""
+    executable(workspace / "fake" / "bin" / "tool", f"#!/bin/sh\ncat {host_secret}\n")
+    (workspace / "fake" / "pyvenv.cfg").write_text(f"home = {host_secret.parent / 'x'}\n")
+    assert program_binds(bwrap, workspace, "fake/bin/tool") == []
+    _, stdout = run(bwrap, ["fake/bin/tool"], workspace)
+    assert "host-only-contents" not in stdout
+
+
+def test_a_real_interpreter_named_by_a_virtualenv_is_bound(bwrap: Path, workspace: Path) -> None:
+    interpreter = Path(sys.base_prefix)
+    executable(workspace / "venv" / "bin" / "tool")
+    (workspace / "venv" / "pyvenv.cfg").write_text(f"home = {interpreter / 'bin'}\n")
+    assert interpreter.resolve() in program_binds(bwrap, workspace, "venv/bin/tool")
+
+
+@pytest.fixture
+def fake_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A home with pip --user's programs and libraries beside an app's keyring."""
+    home = tmp_path / "homes" / "u"
+    executable(home / ".local" / "bin" / "pip")
+    (home / ".local" / "lib").mkdir(parents=True)
+    (home / ".local" / "share" / "keyrings").mkdir(parents=True)
+    (home / "lib").mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+@pytest.mark.parametrize("spelling", ["{}", "/{}", "{}/../bin/pip"])
+def test_a_user_s_local_programs_bind_only_their_libraries(
+    bwrap: Path, workspace: Path, fake_home: Path, spelling: str
+) -> None:
+    program = fake_home / ".local" / "bin" / "pip"
+    argv0 = spelling.format(program) if "{}/.." not in spelling else f"{program.parent}/../bin/pip"
+    binds = program_binds(bwrap, workspace, argv0)
+    assert set(binds) == {program.resolve(), (fake_home / ".local" / "lib").resolve()}
+
+
+def test_a_home_behind_a_symlink_is_not_bound_whole(
+    bwrap: Path, workspace: Path, fake_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    link = fake_home.parent.parent / "linked-homes"
+    link.symlink_to(fake_home.parent)
+    monkeypatch.setenv("HOME", str(link / "u"))
+    binds = program_binds(bwrap, workspace, str(link / "u" / ".local" / "bin" / "pip"))
+    assert fake_home.resolve() not in binds
+    assert (fake_home / ".local").resolve() not in binds
+    assert not [b for b in binds if b.is_relative_to(fake_home / ".local" / "share")]
+
+
+def test_programs_in_other_users_homes_or_outside_toolchains_bind_nothing(
+    bwrap: Path, workspace: Path, fake_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alice = tmp_path / "homes" / "alice"
+    executable(alice / ".local" / "bin" / "tool")
+    executable(alice / "bin" / "tool")
+    (alice / "lib").mkdir()
+    entry = SimpleNamespace(pw_dir=str(alice))
+    monkeypatch.setattr(bwrap_module.pwd, "getpwall", lambda: [entry])
+    for program in (alice / ".local" / "bin" / "tool", alice / "bin" / "tool"):
+        assert program_binds(bwrap, workspace, str(program)) == []
+    # In the user's own home, a program outside the toolchain directories neither.
+    executable(fake_home / "bin" / "mine")
+    assert program_binds(bwrap, workspace, str(fake_home / "bin" / "mine")) == []
+
+
+def test_a_program_path_that_cannot_be_looked_at_binds_nothing_and_raises_nothing(
+    bwrap: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_is_file = Path.is_file
+
+    def is_file(path: Path) -> bool:
+        if str(path).startswith("/forbidden"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_is_file(path)
+
+    monkeypatch.setattr(Path, "is_file", is_file)
+    assert program_binds(bwrap, workspace, "/forbidden/bin/sh") == []
+
+
 def test_rlimits_reach_the_command(bwrap: Path, workspace: Path) -> None:
     limits = SandboxLimits(cpu_seconds=7, memory_bytes=512 * 1024**2, file_size_bytes=1024**2)
     got = run_python(

@@ -15,8 +15,10 @@ with exactly ``spec.env``, nothing else enters (``--clearenv`` would add nothing
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import pwd
 import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
@@ -320,18 +322,84 @@ def _covered(path: Path, workspace: Path) -> bool:
 
 
 def _bindable(path: Path) -> Path | None:
-    """``path`` as it may be bound read-only, or ``None`` when it may not be.
+    """``path`` as it may be bound read-only for a program the model named, or ``None``.
 
-    bubblewrap resolves a bind's paths itself, so ``..`` is taken out here first
-    (``/tmp/..`` would bind the host's whole root over the sandbox's), and what it
-    names must exist, and never be the root or a home directory whole (credentials).
+    The one policy for what argv[0] and a script's ``#!`` line lead to. The path is
+    resolved first: bubblewrap resolves a bind itself, and ``/tmp/..``, ``//root/.local``
+    or a home behind a symlink would otherwise pass the checks below as another path
+    than the one mounted. It must exist; it may never be, or hold, a home directory
+    (credentials), nor lie in one, except in the user's own toolchain directories
+    (``~/.pyenv``, ``~/.nvm``, ``~/.local/lib``, … see ``_HOME_TOOLCHAINS``).
     """
-    normal = Path(os.path.normpath(path))
-    real = normal.resolve()
-    home = Path.home()
-    if not normal.exists() or Path("/") in (normal, real) or {normal, real} & {home, home.parent}:
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError):  # missing, unreadable, a symlink loop
         return None
-    return normal
+    mine = Path.home().resolve()
+    for home in _homes():
+        if home.is_relative_to(real):  # the root, /home, a home itself
+            return None
+        if real.is_relative_to(home):
+            inside = real.relative_to(home).parts
+            if home != mine or not _in_toolchain(inside):
+                return None
+    return real
+
+
+# Directories of the user's home that hold installed programs and nothing else; a
+# program under another one (~/bin, ~/.config/…, ~/projects/…) is not run from the
+# sandbox: its directory may hold what the model must not read.
+_HOME_TOOLCHAINS: Final = frozenset(
+    {
+        ".asdf",
+        ".bun",
+        ".cargo",
+        ".conda",
+        ".deno",
+        ".elan",
+        ".ghcup",
+        ".go",
+        ".goenv",
+        ".jenv",
+        ".juliaup",
+        ".nodenv",
+        ".npm-global",
+        ".nvm",
+        ".pyenv",
+        ".rbenv",
+        ".rustup",
+        ".sdkman",
+        ".volta",
+        "go",
+        "anaconda3",
+        "mambaforge",
+        "miniconda3",
+        "miniforge3",
+    }
+)
+
+
+def _in_toolchain(inside: tuple[str, ...]) -> bool:
+    """Whether a path with these parts below the user's home is a toolchain's: in one
+    of ``_HOME_TOOLCHAINS``, or ``~/.local``'s programs and libraries (pip --user,
+    pipx, uv), not its ``share/`` and ``state/``, which hold every app's data."""
+    if len(inside) >= 2 and inside[0] in _HOME_TOOLCHAINS:
+        return True
+    return len(inside) >= 2 and inside[0] == ".local" and inside[1] in ("bin", "lib")
+
+
+def _homes() -> set[Path]:
+    """Every user's home directory that exists, resolved (``/`` is nobody's)."""
+    found = {Path.home()}
+    with contextlib.suppress(OSError):  # no passwd database: the user's own home
+        found.update(Path(entry.pw_dir) for entry in pwd.getpwall() if entry.pw_dir)
+    homes = set()
+    for home in found:
+        with contextlib.suppress(OSError, RuntimeError):
+            real = home.resolve(strict=True)
+            if real != Path("/"):
+                homes.add(real)
+    return homes
 
 
 def _program_prefixes(program: str, spec: SandboxSpec) -> list[Path]:
@@ -354,11 +422,15 @@ def _program_prefixes(program: str, spec: SandboxSpec) -> list[Path]:
 
 
 def _executable(path: str | Path | None) -> Path | None:
-    """``path`` absolute and without ``..``, if it names an executable file."""
+    """``path`` absolute and without ``..``, if it names an executable file (one that
+    cannot even be looked at, ``/root/…`` to another user, names none)."""
     if path is None:
         return None
     exe = Path(os.path.normpath(Path(path).absolute()))
-    return exe if exe.is_file() and os.access(exe, os.X_OK) else None
+    try:
+        return exe if exe.is_file() and os.access(exe, os.X_OK) else None
+    except OSError:
+        return None
 
 
 def _install_prefixes(exe: Path) -> list[Path]:
@@ -367,25 +439,36 @@ def _install_prefixes(exe: Path) -> list[Path]:
     prefix = exe.parent.parent
     venv_cfg = prefix / "pyvenv.cfg"
     if venv_cfg.is_file():
+        # The file may be the model's own (a venv it made in the workspace): its
+        # ``home`` counts only where a Python interpreter is installed.
         home = _venv_home(venv_cfg)
         return [prefix] + ([home.parent] if home is not None else [])
     # A prefix with lib/ is an installation (/opt/node, ~/.pyenv/versions/3.11.7);
-    # a home directory never is bound whole, since it holds credentials. ~/.local is
-    # pip --user's, pipx's and uv's prefix, but also holds every app's data
-    # (share/, state/): only the program and the libraries.
-    home = Path.home()
-    if prefix == home / ".local":
+    # _bindable decides whether it may be bound. ~/.local is pip --user's, pipx's and
+    # uv's prefix, but also holds every app's data: only the program and libraries.
+    if prefix.resolve() == Path.home().resolve() / ".local":
         return [exe, prefix / "lib"] if (prefix / "lib").is_dir() else [exe]
-    if (prefix / "lib").is_dir() and prefix not in (Path("/"), home.parent, home):
+    if (prefix / "lib").is_dir():
         return [prefix]
     return [exe]
 
 
 def _venv_home(cfg: Path) -> Path | None:
-    for line in cfg.read_text(errors="replace").splitlines():
+    """The directory of the interpreter a virtual environment was made from, if one is
+    installed there."""
+    try:
+        text = cfg.read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
         key, _, value = line.partition("=")
         if key.strip() == "home" and value.strip():
-            return Path(value.strip()).resolve()
+            home = Path(value.strip())
+            if home.is_absolute() and any(
+                _executable(home / name) for name in ("python3", "python")
+            ):
+                return home.resolve()
+            return None
     return None
 
 
