@@ -180,6 +180,7 @@ def _stopped_like_ctrl_c() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        ProcessStopped.underway = False  # the calls it stopped are recorded by now
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -81,3 +81,14 @@ def test_a_stopped_call_is_recorded_cancelled_and_its_command_stopped(
     assert result.payload["result"]["errorCode"] == "RUNTIME_STOPPED"
     assert result.payload["result"]["retryable"] is True
     assert running(sleep) == []
+
+
+def test_a_stop_is_forgotten_once_its_command_has_ended() -> None:
+    """A program that runs the CLI again (or embeds the kernel after it) records its
+    later Ctrl-C as the user's, not as a stop of the process."""
+    from toolkernel.cli import _stopped_like_ctrl_c
+    from toolkernel.errors import ProcessStopped
+
+    with pytest.raises(ProcessStopped), _stopped_like_ctrl_c():
+        signal.raise_signal(signal.SIGTERM)
+    assert ProcessStopped.underway is False

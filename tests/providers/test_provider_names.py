@@ -99,6 +99,15 @@ def test_respelling_a_message_renames_whole_tool_names_only(names: list[str], da
     assert table.respell(text) == "".join(j + provider_name(n) for j, n in pairs) + "."
     # Part of a longer name, or of a path, is not a tool name.
     for name in names:
-        for longer in (f"{name}x", f"{name}.more", f"x{name}", f"src/{name}.py", f"{name}-1"):
+        for longer in (
+            f"{name}x",
+            f"{name}.more",
+            f"x{name}",
+            f"src/{name}.py",
+            f"{name}-1",
+            f"notes/{name}",
+            f"~/{name}",
+            f"{name}/x",
+        ):
             if longer not in names:
                 assert table.respell(longer) == longer

@@ -147,8 +147,9 @@ class NameMap:
         if not renamed:
             return text
         names = "|".join(re.escape(n) for n in sorted(renamed, key=len, reverse=True))
-        # A whole name: not part of a longer one (``file.read`` in ``file.read_all``).
-        whole = re.compile(rf"(?<![\w.-])(?:{names})(?![\w-]|\.[\w-])")
+        # A whole name: not part of a longer one (``file.read`` in ``file.read_all``),
+        # nor of a path (``notes/file.read``, ``~/shell.run``).
+        whole = re.compile(rf"(?<![\w./~-])(?:{names})(?![\w/-]|\.[\w-])")
         return whole.sub(lambda match: renamed[match.group()], text)
 
     def tool_name(self, provider_name: str) -> str:

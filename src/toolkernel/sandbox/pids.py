@@ -47,7 +47,7 @@ class PidsCgroup:
 
     @classmethod
     def create(cls, max_processes: int) -> PidsCgroup:
-        """A new cgroup beside this process's own, holding at most ``max_processes``.
+        """A new cgroup below this process's own, holding at most ``max_processes``.
 
         Raises:
             OSError: no pids cgroup could be made here; its message says why.

@@ -101,7 +101,7 @@ DEFAULT_TEST_COMMAND: Final = ("python", "-m", "pytest", "-q", "--junitxml={juni
 PREVIEW_BYTES: Final = 2048
 """Bytes of head and of tail of each stream that the model sees."""
 
-RUNNING_INTERVAL_S = 5.0
+RUNNING_INTERVAL_S = 5.0  # not Final: tests shorten it
 """How often a call whose command still runs reports progress (TOOL_CALL_PROGRESS, and
 ``notifications/progress`` through the gateway): seconds so far, no total."""
 
