@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -14,7 +15,14 @@ from hypothesis import strategies as st
 
 from toolkernel.sandbox import SandboxLimits, SandboxSpec, run_sandboxed
 from toolkernel.sandbox import process as process_module
-from toolkernel.sandbox.pids import _own_paths, _own_pids_cgroup, _pids_mounts, _unescape
+from toolkernel.sandbox.pids import (
+    PidsCgroup,
+    _own_paths,
+    _own_pids_cgroup,
+    _pids_mounts,
+    _unescape,
+    needs_pids_cgroup,
+)
 
 MOUNTINFO_V1 = """\
 22 1 0:21 / / rw,relatime - ext4 /dev/vda rw
@@ -113,3 +121,25 @@ def test_max_processes_holds_whoever_runs_the_command(
     if os.getuid() == 0:  # the command's cgroup went with it
         parent = _own_pids_cgroup()
         assert not [path for path in parent.iterdir() if path.name.startswith("toolkernel-")]
+
+
+def test_the_empty_cgroup_of_a_runtime_that_is_gone_is_swept() -> None:
+    """A runtime killed mid-command leaves its cgroup; the next command removes it."""
+    if not needs_pids_cgroup():
+        assert os.getuid() != 0  # RLIMIT_NPROC binds: no cgroups are made
+        return
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    parent = _own_pids_cgroup()
+    leftover = parent / f"toolkernel-{gone.pid}-0badc0de"
+    leftover.mkdir()
+    mine = parent / f"toolkernel-{os.getpid()}-0badc0de"  # a live runtime's: kept
+    mine.mkdir()
+    try:
+        PidsCgroup.create(8).remove()
+        assert not leftover.exists()
+        assert mine.exists()
+    finally:
+        for path in (leftover, mine):
+            if path.exists():
+                path.rmdir()

@@ -53,6 +53,7 @@ class PidsCgroup:
             OSError: no pids cgroup could be made here; its message says why.
         """
         parent = _own_pids_cgroup()
+        _sweep(parent)
         path = parent / f"toolkernel-{os.getpid()}-{secrets.token_hex(4)}"
         try:
             path.mkdir(mode=0o755)
@@ -106,6 +107,29 @@ class PidsCgroup:
             pass
         except OSError as exc:
             _log.warning("the pids cgroup %s could not be removed: %s", self.path, exc)
+
+
+def _sweep(parent: Path) -> None:
+    """Remove the empty cgroups of runtimes that are gone (killed mid-command, say):
+    named ``toolkernel-PID-…`` after a process that no longer exists."""
+    with contextlib.suppress(OSError):
+        for entry in parent.iterdir():
+            if not entry.name.startswith("toolkernel-"):
+                continue
+            pid = entry.name.removeprefix("toolkernel-").partition("-")[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                with contextlib.suppress(OSError):  # not empty, or another sweep's
+                    entry.rmdir()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's
+    return True
 
 
 def _own_pids_cgroup() -> Path:
