@@ -609,7 +609,7 @@ def _pids_cgroup(limits: SandboxLimits) -> PidsCgroup:
     except OSError as exc:
         raise SandboxUnavailable(
             f"max_processes = {limits.max_processes} cannot be set: commands run as root, "
-            f"whom RLIMIT_NPROC does not bind, and {exc.strerror or exc}; run toolkernel "
+            f"whom RLIMIT_NPROC does not bind, and {exc}; run toolkernel "
             "as an unprivileged user, or where it can create a pids cgroup"
         ) from exc
 

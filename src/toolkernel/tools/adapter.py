@@ -61,7 +61,6 @@ from toolkernel.redaction import Redactor
 from toolkernel.sandbox import (
     TERM_GRACE_S,
     OutputCallback,
-    ProcessOutcome,
     SandboxLimits,
     SandboxSpec,
     find_bwrap,
@@ -503,9 +502,19 @@ class Sandbox:
             ) from None
         except anyio.get_cancelled_exc_class():
             # The kernel's scope fired first; the runner already killed the tree.
-            duration_s = time.monotonic() - started
             with anyio.CancelScope(shield=True):
-                partial = await self._store(argv, staging, duration_s, label, stopped=True)
+                stdout, stderr = await self._keep_output(staging, label)
+            partial = CommandResult(
+                argv=tuple(argv),
+                exit_code=None,
+                timed_out=not self._ctx.token.cancelled,
+                cancelled=self._ctx.token.cancelled,
+                stdout=stdout,
+                stderr=stderr,
+                output_truncated=False,
+                duration_s=time.monotonic() - started,
+                sandboxed=self.sandboxed,
+            )
             token = self._ctx.token
             if token.cancelled and token.reason is not None:
                 message = safe_message(token.reason, tool=self.tool_name)
@@ -533,7 +542,18 @@ class Sandbox:
                 raise
             raise failure from None
         with anyio.CancelScope(shield=True):  # bounded by the output cap
-            result = await self._store(argv, staging, outcome, label, stopped=False)
+            stdout, stderr = await self._keep_output(staging, label)
+        result = CommandResult(
+            argv=tuple(argv),
+            exit_code=outcome.exit_code,
+            timed_out=outcome.timed_out,
+            cancelled=outcome.cancelled,
+            stdout=stdout,
+            stderr=stderr,
+            output_truncated=outcome.truncated,
+            duration_s=outcome.duration_s,
+            sandboxed=self.sandboxed,
+        )
         if result.timed_out:
             raise ToolFailed(
                 self._timeout_message(timeout),
@@ -555,17 +575,10 @@ class Sandbox:
         shown = self._call_timeout_s if seconds is None else seconds
         return safe_message(ErrorCode.TIMEOUT, tool=self.tool_name, seconds=f"{shown:.3g}")
 
-    async def _store(
-        self,
-        argv: Sequence[str],
-        staging: Path,
-        outcome: ProcessOutcome | float,
-        label: str,
-        *,
-        stopped: bool,
-    ) -> CommandResult:
-        """The command's result with its output kept as artifacts; ``outcome`` is the
-        seconds it ran when the kernel's scope stopped it (no outcome to tell)."""
+    async def _keep_output(
+        self, staging: Path, label: str
+    ) -> tuple[CapturedStream, CapturedStream]:
+        """The command's stdout and stderr, kept as artifacts (previews and refs)."""
         out_dir = staging / "out"
 
         def ingest() -> tuple[CapturedStream, CapturedStream]:
@@ -579,32 +592,9 @@ class Sandbox:
                 shutil.rmtree(staging, ignore_errors=True)
 
         try:
-            stdout, stderr = await anyio.to_thread.run_sync(ingest)
+            return await anyio.to_thread.run_sync(ingest)
         except OSError as exc:
             raise self._internal_error(exc, "could not keep the command's output") from None
-        if isinstance(outcome, float):
-            return CommandResult(
-                argv=tuple(argv),
-                exit_code=None,
-                timed_out=not self._ctx.token.cancelled,
-                cancelled=self._ctx.token.cancelled,
-                stdout=stdout,
-                stderr=stderr,
-                output_truncated=False,
-                duration_s=outcome,
-                sandboxed=self.sandboxed,
-            )
-        return CommandResult(
-            argv=tuple(argv),
-            exit_code=outcome.exit_code,
-            timed_out=outcome.timed_out,
-            cancelled=outcome.cancelled or stopped,
-            stdout=stdout,
-            stderr=stderr,
-            output_truncated=outcome.truncated,
-            duration_s=outcome.duration_s,
-            sandboxed=self.sandboxed,
-        )
 
 
 def _os_error(exc: BaseException) -> OSError | None:
