@@ -324,12 +324,14 @@ def _covered(path: Path, workspace: Path) -> bool:
 def _bindable(path: Path) -> Path | None:
     """``path`` as it may be bound read-only for a program the model named, or ``None``.
 
-    The one policy for what argv[0] and a script's ``#!`` line lead to. The path is
-    resolved first: bubblewrap resolves a bind itself, and ``/tmp/..``, ``//root/.local``
-    or a home behind a symlink would otherwise pass the checks below as another path
-    than the one mounted. It must exist; it may never be, or hold, a home directory
+    The one policy for what argv[0] and a script's ``#!`` line lead to. What a bind
+    shows is what its path resolves to (bubblewrap resolves it), so that is what is
+    judged: ``/tmp/..``, ``//root/.local`` or a home behind a symlink are judged as the
+    directory they are. It must exist; it may never be, or hold, a home directory
     (credentials), nor lie in one, except in the user's own toolchain directories
-    (``~/.pyenv``, ``~/.nvm``, ``~/.local/lib``, … see ``_HOME_TOOLCHAINS``).
+    (``~/.pyenv``, ``~/.nvm``, ``~/.local/lib``, … see ``_HOME_TOOLCHAINS``). It is bound
+    where it was named (without dot segments), so that a program reached through a
+    symbolic link is found where it is called.
     """
     try:
         real = path.resolve(strict=True)
@@ -343,7 +345,13 @@ def _bindable(path: Path) -> Path | None:
             inside = real.relative_to(home).parts
             if home != mine or not _in_toolchain(inside):
                 return None
-    return real
+    return _plain(path)
+
+
+def _plain(path: Path) -> Path:
+    """``path`` absolute, without ``.``, ``..`` or repeated slashes (``//x``, which
+    POSIX lets ``normpath`` keep, names ``/x``)."""
+    return Path("/" + os.path.normpath(path.absolute()).lstrip("/"))
 
 
 # Directories of the user's home that hold installed programs and nothing else; a
@@ -426,7 +434,7 @@ def _executable(path: str | Path | None) -> Path | None:
     cannot even be looked at, ``/root/…`` to another user, names none)."""
     if path is None:
         return None
-    exe = Path(os.path.normpath(Path(path).absolute()))
+    exe = _plain(Path(path))
     try:
         return exe if exe.is_file() and os.access(exe, os.X_OK) else None
     except OSError:
