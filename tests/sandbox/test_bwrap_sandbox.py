@@ -337,6 +337,47 @@ def test_a_virtualenv_the_model_wrote_binds_no_host_directory_it_names(
     assert "host-only-contents" not in stdout
 
 
+def test_a_virtualenv_home_is_judged_where_it_leads_not_as_it_reads(
+    bwrap: Path, workspace: Path, host_secret: Path
+) -> None:
+    """``home = <ws>/l/../fake`` with ``l`` linking outside reads as the model's own
+    ``<ws>/fake`` (which holds a python3), and leads into the host directory."""
+    (workspace / "l").symlink_to(host_secret.parent / "inner", target_is_directory=True)
+    (host_secret.parent / "inner").mkdir()
+    executable(workspace / "fake" / "python3")
+    (workspace / "fake" / "lib" / "python3.11").mkdir(parents=True)
+    executable(workspace / "venv" / "bin" / "tool", f"#!/bin/sh\ncat {host_secret}\n")
+    (workspace / "venv" / "pyvenv.cfg").write_text(f"home = {workspace}/l/../fake\n")
+    assert program_binds(bwrap, workspace, "venv/bin/tool") == []
+    _, stdout = run(bwrap, ["venv/bin/tool"], workspace)
+    assert "host-only-contents" not in stdout
+
+
+def test_a_virtualenv_home_in_the_workspace_does_not_bind_its_parent(
+    bwrap: Path, workspace: Path
+) -> None:
+    """The workspace's parent holds other workspaces and their state."""
+    neighbour = workspace.parent / "neighbour" / ".toolkernel"
+    neighbour.mkdir(parents=True)
+    (neighbour / "ledger.db").write_text("another workspace's ledger\n")
+    executable(workspace / "python3")
+    (workspace / "lib" / "python3.11").mkdir(parents=True)
+    executable(workspace / "venv" / "bin" / "tool", f"#!/bin/sh\ncat {neighbour}/ledger.db\n")
+    (workspace / "venv" / "pyvenv.cfg").write_text(f"home = {workspace}\n")
+    assert program_binds(bwrap, workspace, "venv/bin/tool") == []
+    _, stdout = run(bwrap, ["venv/bin/tool"], workspace)
+    assert "another workspace" not in stdout
+
+
+def test_no_bind_is_named_through_proc(bwrap: Path, workspace: Path) -> None:
+    """``/proc/self/root/…`` leads anywhere, a workspace link included; what the path
+    resolves to (the runtime's own interpreter here) is judged and bound by its name."""
+    spec = SandboxSpec(workspace, writable=False, env={"PATH": "/usr/bin:/bin"})
+    argv0 = f"/proc/self/root{sys.executable}"
+    binds = bound(bwrap_module.bwrap_argv([argv0], spec, bwrap=bwrap))
+    assert not [path for path in binds if path.is_relative_to("/proc")]
+
+
 def test_a_real_interpreter_named_by_a_virtualenv_is_bound(bwrap: Path, workspace: Path) -> None:
     interpreter = Path(sys.base_prefix)
     executable(workspace / "venv" / "bin" / "tool")

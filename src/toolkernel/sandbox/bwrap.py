@@ -189,7 +189,12 @@ def bwrap_argv(
     ]
     # The operator's binds as given (one that is missing is bubblewrap's error, which
     # refuses the sandbox); what the model's argv leads to only where _bindable allows.
-    programs = [p for p in map(_bindable, _program_prefixes(argv[0], spec)) if p is not None]
+    workspace = spec.workspace.resolve()
+    programs = [
+        bound
+        for path in _program_prefixes(argv[0], spec)
+        if (bound := _bindable(path, workspace)) is not None
+    ]
     for path in (*programs, *spec.extra_ro_binds):
         if not _covered(path, spec.workspace):
             mounts.append(("--ro-bind", str(path), str(path)))
@@ -321,7 +326,7 @@ def _covered(path: Path, workspace: Path) -> bool:
     return any(path.is_relative_to(root) for root in roots)
 
 
-def _bindable(path: Path) -> Path | None:
+def _bindable(path: Path, workspace: Path) -> Path | None:
     """``path`` as it may be bound read-only for a program the model named, or ``None``.
 
     The one policy for what argv[0] and a script's ``#!`` line lead to. What a bind
@@ -329,13 +334,20 @@ def _bindable(path: Path) -> Path | None:
     judged: ``/tmp/..``, ``//root/.local`` or a home behind a symlink are judged as the
     directory they are. It must exist; it may never be, or hold, a home directory
     (credentials), nor lie in one, except in the user's own toolchain directories
-    (``~/.pyenv``, ``~/.nvm``, ``~/.local/lib``, … see ``_HOME_TOOLCHAINS``). It is bound
-    where it was named (without dot segments), so that a program reached through a
-    symbolic link is found where it is called.
+    (``~/.pyenv``, ``~/.nvm``, ``~/.local/lib``, … see ``_HOME_TOOLCHAINS``); nor hold the
+    (resolved) ``workspace``, whose parent holds other workspaces and their state; nor
+    be named through ``/proc`` or ``/dev`` (``/proc/self/root/…`` leads anywhere). It is
+    bound where it was named (without dot segments), so that a program reached through
+    a symbolic link is found where it is called.
     """
+    plain = _plain(path)
+    if plain.parts[1:2] in (("proc",), ("dev",)):
+        return None
     try:
         real = path.resolve(strict=True)
     except (OSError, RuntimeError):  # missing, unreadable, a symlink loop
+        return None
+    if workspace.is_relative_to(real):
         return None
     mine = Path.home().resolve()
     for home in _homes():
@@ -345,7 +357,7 @@ def _bindable(path: Path) -> Path | None:
             inside = real.relative_to(home).parts
             if home != mine or not _in_toolchain(inside):
                 return None
-    return _plain(path)
+    return plain
 
 
 def _plain(path: Path) -> Path:
@@ -462,8 +474,10 @@ def _install_prefixes(exe: Path) -> list[Path]:
 
 
 def _venv_home(cfg: Path) -> Path | None:
-    """The directory of the interpreter a virtual environment was made from, if one is
-    installed there."""
+    """The directory of the interpreter a virtual environment was made from, if a Python
+    is installed there: resolved first (the file may be the model's, and ``l/../x``
+    through a link of its names another directory than it reads as), then holding an
+    executable ``python3`` or ``python`` beside an installation's ``lib/python3.*``."""
     try:
         text = cfg.read_text(errors="replace")
     except OSError:
@@ -471,12 +485,20 @@ def _venv_home(cfg: Path) -> Path | None:
     for line in text.splitlines():
         key, _, value = line.partition("=")
         if key.strip() == "home" and value.strip():
-            home = Path(value.strip())
-            if home.is_absolute() and any(
-                _executable(home / name) for name in ("python3", "python")
-            ):
-                return home.resolve()
-            return None
+            return _python_installed(Path(value.strip()))
+    return None
+
+
+def _python_installed(home: Path) -> Path | None:
+    if not home.is_absolute():
+        return None
+    try:
+        real = home.resolve(strict=True)
+        libraries = any((real.parent / "lib").glob("python3*"))
+    except (OSError, RuntimeError):
+        return None
+    if libraries and any(_executable(real / name) for name in ("python3", "python")):
+        return real
     return None
 
 
