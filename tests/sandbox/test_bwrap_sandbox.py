@@ -326,14 +326,27 @@ def executable(path: Path, text: str = "#!/bin/sh\necho ran\n") -> Path:
     return path
 
 
+def model_venv(workspace: Path, home: str, reads: Path) -> str:
+    """A virtual environment the model wrote in the workspace, whose ``pyvenv.cfg``
+    names ``home`` and whose program prints ``reads``; the program's path."""
+    executable(workspace / "venv" / "bin" / "tool", f"#!/bin/sh\ncat {reads}\n")
+    (workspace / "venv" / "pyvenv.cfg").write_text(f"home = {home}\n")
+    return "venv/bin/tool"
+
+
+def binds_and_output(bwrap: Path, workspace: Path, program: str) -> tuple[list[Path], str]:
+    """What ``program`` gets bound, and what it prints when run in the sandbox."""
+    _, stdout = run(bwrap, [program], workspace)
+    return program_binds(bwrap, workspace, program), stdout
+
+
 def test_a_virtualenv_the_model_wrote_binds_no_host_directory_it_names(
     bwrap: Path, workspace: Path, host_secret: Path
 ) -> None:
     """``home =`` in a pyvenv.cfg in the workspace counts only where a Python is installed."""
-    executable(workspace / "fake" / "bin" / "tool", f"#!/bin/sh\ncat {host_secret}\n")
-    (workspace / "fake" / "pyvenv.cfg").write_text(f"home = {host_secret.parent / 'x'}\n")
-    assert program_binds(bwrap, workspace, "fake/bin/tool") == []
-    _, stdout = run(bwrap, ["fake/bin/tool"], workspace)
+    program = model_venv(workspace, str(host_secret.parent / "x"), host_secret)
+    binds, stdout = binds_and_output(bwrap, workspace, program)
+    assert binds == []
     assert "host-only-contents" not in stdout
 
 
@@ -346,10 +359,9 @@ def test_a_virtualenv_home_is_judged_where_it_leads_not_as_it_reads(
     (host_secret.parent / "inner").mkdir()
     executable(workspace / "fake" / "python3")
     (workspace / "fake" / "lib" / "python3.11").mkdir(parents=True)
-    executable(workspace / "venv" / "bin" / "tool", f"#!/bin/sh\ncat {host_secret}\n")
-    (workspace / "venv" / "pyvenv.cfg").write_text(f"home = {workspace}/l/../fake\n")
-    assert program_binds(bwrap, workspace, "venv/bin/tool") == []
-    _, stdout = run(bwrap, ["venv/bin/tool"], workspace)
+    program = model_venv(workspace, f"{workspace}/l/../fake", host_secret)
+    binds, stdout = binds_and_output(bwrap, workspace, program)
+    assert binds == []
     assert "host-only-contents" not in stdout
 
 
@@ -362,10 +374,9 @@ def test_a_virtualenv_home_in_the_workspace_does_not_bind_its_parent(
     (neighbour / "ledger.db").write_text("another workspace's ledger\n")
     executable(workspace / "python3")
     (workspace / "lib" / "python3.11").mkdir(parents=True)
-    executable(workspace / "venv" / "bin" / "tool", f"#!/bin/sh\ncat {neighbour}/ledger.db\n")
-    (workspace / "venv" / "pyvenv.cfg").write_text(f"home = {workspace}\n")
-    assert program_binds(bwrap, workspace, "venv/bin/tool") == []
-    _, stdout = run(bwrap, ["venv/bin/tool"], workspace)
+    program = model_venv(workspace, str(workspace), neighbour / "ledger.db")
+    binds, stdout = binds_and_output(bwrap, workspace, program)
+    assert binds == []
     assert "another workspace" not in stdout
 
 

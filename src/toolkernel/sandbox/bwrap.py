@@ -22,6 +22,7 @@ import pwd
 import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -189,11 +190,11 @@ def bwrap_argv(
     ]
     # The operator's binds as given (one that is missing is bubblewrap's error, which
     # refuses the sandbox); what the model's argv leads to only where _bindable allows.
-    workspace = spec.workspace.resolve()
+    workspace, homes = spec.workspace.resolve(), _Homes.now()
     programs = [
         bound
         for path in _program_prefixes(argv[0], spec)
-        if (bound := _bindable(path, workspace)) is not None
+        if (bound := _bindable(path, workspace, homes)) is not None
     ]
     for path in (*programs, *spec.extra_ro_binds):
         if not _covered(path, spec.workspace):
@@ -326,7 +327,7 @@ def _covered(path: Path, workspace: Path) -> bool:
     return any(path.is_relative_to(root) for root in roots)
 
 
-def _bindable(path: Path, workspace: Path) -> Path | None:
+def _bindable(path: Path, workspace: Path, homes: _Homes) -> Path | None:
     """``path`` as it may be bound read-only for a program the model named, or ``None``.
 
     The one policy for what argv[0] and a script's ``#!`` line lead to. What a bind
@@ -349,13 +350,12 @@ def _bindable(path: Path, workspace: Path) -> Path | None:
         return None
     if workspace.is_relative_to(real):
         return None
-    mine = Path.home().resolve()
-    for home in _homes():
+    for home in homes.every:
         if home.is_relative_to(real):  # the root, /home, a home itself
             return None
         if real.is_relative_to(home):
             inside = real.relative_to(home).parts
-            if home != mine or not _in_toolchain(inside):
+            if home != homes.mine or not _in_toolchain(inside):
                 return None
     return plain
 
@@ -408,18 +408,27 @@ def _in_toolchain(inside: tuple[str, ...]) -> bool:
     return len(inside) >= 2 and inside[0] == ".local" and inside[1] in ("bin", "lib")
 
 
-def _homes() -> set[Path]:
-    """Every user's home directory that exists, resolved (``/`` is nobody's)."""
-    found = {Path.home()}
-    with contextlib.suppress(OSError):  # no passwd database: the user's own home
-        found.update(Path(entry.pw_dir) for entry in pwd.getpwall() if entry.pw_dir)
-    homes = set()
-    for home in found:
-        with contextlib.suppress(OSError, RuntimeError):
-            real = home.resolve(strict=True)
-            if real != Path("/"):
-                homes.add(real)
-    return homes
+@dataclass(frozen=True)
+class _Homes:
+    """The user's own home and every user's home that exists, resolved (``/`` is
+    nobody's): read once per command line."""
+
+    mine: Path
+    every: frozenset[Path]
+
+    @classmethod
+    def now(cls) -> _Homes:
+        mine = Path.home()
+        found = {mine}
+        with contextlib.suppress(OSError):  # no passwd database: the user's own home
+            found.update(Path(entry.pw_dir) for entry in pwd.getpwall() if entry.pw_dir)
+        every = set()
+        for home in found:
+            with contextlib.suppress(OSError, RuntimeError):
+                real = home.resolve(strict=True)
+                if real != Path("/"):
+                    every.add(real)
+        return cls(mine.resolve(), frozenset(every))
 
 
 def _program_prefixes(program: str, spec: SandboxSpec) -> list[Path]:
