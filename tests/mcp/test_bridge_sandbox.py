@@ -166,6 +166,25 @@ def test_a_bind_that_would_expose_what_the_sandbox_hides_is_refused(workspace, t
         kernel.close()
 
 
+def test_a_user_without_a_home_gets_a_sandboxed_server(workspace, monkeypatch):
+    """A container's arbitrary uid: no HOME and no passwd entry."""
+
+    def unknown(uid: int) -> Any:
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.delenv("HOME")
+    monkeypatch.setattr("pwd.getpwuid", unknown)
+    kernel = open_kernel(workspace)
+    try:
+        argv = sandboxed_argv(kernel.config, kernel.guard, files_server(sandbox="read-only"))
+        assert argv[argv.index(FIXTURES) - 1] == "--ro-bind"
+        refused = replace(files_server(sandbox="read-only"), ro_binds=("/",))
+        with pytest.raises(ConfigError, match="ro_binds"):
+            sandboxed_argv(kernel.config, kernel.guard, refused)
+    finally:
+        kernel.close()
+
+
 @pytest.mark.parametrize(
     ("fields", "reached"),
     [

@@ -447,6 +447,28 @@ def test_programs_in_other_users_homes_or_outside_toolchains_bind_nothing(
     assert program_binds(bwrap, workspace, str(fake_home / "bin" / "mine")) == []
 
 
+def test_a_user_without_a_home_still_gets_a_sandbox(
+    bwrap: Path, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A container's arbitrary uid: no HOME and no passwd entry, so no home of its own.
+    Programs outside the system still bind; every home in the passwd database is still
+    refused."""
+    other = tmp_path / "homes" / "alice"
+    executable(other / ".local" / "bin" / "tool")
+    tool = executable(tmp_path / "opt" / "tool" / "bin" / "tool")
+    (tool.parent.parent / "lib").mkdir()
+    monkeypatch.delenv("HOME")
+
+    def unknown(uid: int) -> Any:
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    entry = SimpleNamespace(pw_dir=str(other))
+    monkeypatch.setattr(bwrap_module.pwd, "getpwuid", unknown)
+    monkeypatch.setattr(bwrap_module.pwd, "getpwall", lambda: [entry])
+    assert program_binds(bwrap, workspace, str(tool)) == [tool.parent.parent.resolve()]
+    assert program_binds(bwrap, workspace, str(other / ".local" / "bin" / "tool")) == []
+
+
 def test_a_program_path_that_cannot_be_looked_at_binds_nothing_and_raises_nothing(
     bwrap: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -83,7 +83,10 @@ def sandboxed_argv(settings: Config, guard: PathGuard, config: ServerConfig) -> 
 
 def _checked_binds(settings: Config, config: ServerConfig) -> tuple[Path, ...]:
     state = {settings.state_dir.resolve(), settings.ledger_path.parent.resolve()}
-    home = Path.home().resolve()
+    try:
+        homes = [Path.home().resolve()]
+    except RuntimeError:  # no HOME and no passwd entry: no home of ours to hide
+        homes = []
     binds = []
     for raw in config.ro_binds:
         path = Path(raw)
@@ -92,7 +95,7 @@ def _checked_binds(settings: Config, config: ServerConfig) -> tuple[Path, ...]:
         resolved = path.resolve()  # a link must not widen the bind behind the config
         exposes = (
             resolved == Path("/")
-            or home.is_relative_to(resolved)
+            or any(h.is_relative_to(resolved) for h in homes)
             or any(s.is_relative_to(resolved) for s in state)
             or any(d.is_relative_to(resolved) for d in _NEVER_BOUND)
         )

@@ -193,7 +193,7 @@ def bwrap_argv(
     workspace, homes = spec.workspace.resolve(), _Homes.now()
     programs = [
         bound
-        for path in _program_prefixes(argv[0], spec)
+        for path in _program_prefixes(argv[0], spec, homes)
         if (bound := _bindable(path, workspace, homes)) is not None
     ]
     for path in (*programs, *spec.extra_ro_binds):
@@ -411,15 +411,20 @@ def _in_toolchain(inside: tuple[str, ...]) -> bool:
 @dataclass(frozen=True)
 class _Homes:
     """The user's own home and every user's home that exists, resolved (``/`` is
-    nobody's): read once per command line."""
+    nobody's): read once per command line. ``mine`` is None for a user with neither
+    ``HOME`` nor a passwd entry (a container's arbitrary uid): no toolchain of theirs is
+    bound then."""
 
-    mine: Path
+    mine: Path | None
     every: frozenset[Path]
 
     @classmethod
     def now(cls) -> _Homes:
-        mine = Path.home()
-        found = {mine}
+        try:
+            mine: Path | None = Path.home()
+        except RuntimeError:  # no HOME and no passwd entry
+            mine = None
+        found = set() if mine is None else {mine}
         with contextlib.suppress(OSError):  # no passwd database: the user's own home
             found.update(Path(entry.pw_dir) for entry in pwd.getpwall() if entry.pw_dir)
         every = set()
@@ -428,10 +433,10 @@ class _Homes:
                 real = home.resolve(strict=True)
                 if real != Path("/"):
                     every.add(real)
-        return cls(mine.resolve(), frozenset(every))
+        return cls(None if mine is None else mine.resolve(), frozenset(every))
 
 
-def _program_prefixes(program: str, spec: SandboxSpec) -> list[Path]:
+def _program_prefixes(program: str, spec: SandboxSpec, homes: _Homes) -> list[Path]:
     """Host directories a program outside /usr needs: its install prefix and interpreter's.
 
     Only for a program that exists and may be executed, and an interpreter that does
@@ -446,7 +451,7 @@ def _program_prefixes(program: str, spec: SandboxSpec) -> list[Path]:
     prefixes: list[Path] = []
     for candidate in (exe, exe.resolve(), _executable(_shebang_interpreter(exe))):
         if candidate is not None:
-            prefixes.extend(_install_prefixes(candidate))
+            prefixes.extend(_install_prefixes(candidate, homes))
     return list(dict.fromkeys(prefixes))
 
 
@@ -462,7 +467,7 @@ def _executable(path: str | Path | None) -> Path | None:
         return None
 
 
-def _install_prefixes(exe: Path) -> list[Path]:
+def _install_prefixes(exe: Path, homes: _Homes) -> list[Path]:
     if exe.parent.name != "bin":
         return [exe]
     prefix = exe.parent.parent
@@ -475,7 +480,7 @@ def _install_prefixes(exe: Path) -> list[Path]:
     # A prefix with lib/ is an installation (/opt/node, ~/.pyenv/versions/3.11.7);
     # _bindable decides whether it may be bound. ~/.local is pip --user's, pipx's and
     # uv's prefix, but also holds every app's data: only the program and libraries.
-    if prefix.resolve() == Path.home().resolve() / ".local":
+    if homes.mine is not None and prefix.resolve() == homes.mine / ".local":
         return [exe, prefix / "lib"] if (prefix / "lib").is_dir() else [exe]
     if (prefix / "lib").is_dir():
         return [prefix]
