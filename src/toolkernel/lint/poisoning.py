@@ -24,6 +24,7 @@ folding, is checked up to that length and reported (``P114``).
 
 from __future__ import annotations
 
+import html
 import re
 import sys
 import unicodedata
@@ -160,6 +161,9 @@ _CREDENTIAL: Final = (
     r"requirements|expiry|expiration)\b)|\bpassphrases?\b|\bcredentials?\b|"
     r"\bsecrets\b|\bsession[ _-]?cookies\b|\bauth(?:entication)?[ _-]?tokens?\b|"
     r"\bbearer[ _-]?tokens?\b|\benvironment\s+variables\b"
+    # An environment variable that holds one: GITHUB_TOKEN, OPENAI_API_KEY, $DB_PASSWORD.
+    r"|(?-i:\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*_(?:TOKEN|SECRET|PASSWORD|PASSWD|PAT|API_?KEY|"
+    r"ACCESS_KEY|SECRET_KEY|PRIVATE_KEY|CREDENTIALS?)\b)"
     # A .env file, but not the .env.example that documents it.
     r"|(?<!\w)\.env\b(?!\.(?:example|sample|template|dist|defaults?)\b)"
 )
@@ -239,6 +243,8 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
             + _gap(25)
             + r"\b"
             + _AUDIENCE
+            # "do not tell the user to re-run CI" is about what to ask of them.
+            + r"(?!\s+to\s)"
             + r"|\b(?:mention|mentioning|reveal|revealing|disclose|disclosing)\b"
             + _gap(25)
             + r"\bto\s+"
@@ -298,6 +304,10 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
         "P101",
         _E,
         _rx(
+            # Secrets masked before the user sees a result are redaction, not a secret
+            # kept from them: such a match is named "benign" and passed over.
+            r"(?P<benign>\b(?:passwords?|secrets?|tokens?|credentials?|api\s+keys?|keys|"
+            r"personal\s+data|pii)\b" + _gap(40) + r")?"
             r"\b(?:strip(?:ped|s)?|remov(?:ed|es)|hidden|filtered)\b"
             + _gap(50)
             + r"\bbefore\b"
@@ -431,6 +441,10 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
         "P103",
         _E,
         _rx(
+            # "Reads the contents of config.yaml … returns it in the result field" says
+            # what the tool itself does: such a match is named "benign" and passed over.
+            r"(?P<benign>\b(?:reads|returns|gets|fetches|retrieves|shows|displays|lists|"
+            r"outputs|prints|loads|opens|parses)\s+(?:the\s+)?)?"
             r"\b(?:contents?|text|data|values?)\s+of\b"
             + _gap(30)
             + rf"(?:{_COVERT})"
@@ -505,7 +519,7 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
             + r"(?:\s+(?:tool|function))?"
             + _gap(80)
             + r"\b(?:must|always|also|make\s+sure|ensure|set|include|add|change|replace|"
-            r"redirect|send|prefix)\b"
+            r"redirect|send|prefix|bcc|cc)\b"
         ),
         "changes how another tool is called",
         names_tool=True,
@@ -562,7 +576,7 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
             r"</?(?:system|assistant|system[_-]prompt|system[_-]message|system-reminder)\s*>|"
             # Horizontal blanks only: \s would also run over every following line break.
             # A line starts after any line break: LF, a lone CR, U+0085, U+2028/9.
-            r"(?:^|[\n\r\x85\u2028\u2029])[^\S\n\r\x85\u2028\u2029]*(?:system|assistant)"
+            r"(?:^|[\n\r\x85\u2028\u2029])[^\S\n\r\x85\u2028\u2029]*(?:system|assistant|human)"
             r"[^\S\n\r\x85\u2028\u2029]*:",
             re.IGNORECASE,
         ),
@@ -595,7 +609,10 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
             r"|\b(?:include|provide|pass|send|copy|repeat|output|print|reveal|share|fill|put|"
             r"enter|list|dump|paste|summari[sz]e)\w*\s+"
             + _gap(30)
-            + r"\b(?:your|the\s+(?:entire|full|whole|complete|current))\s+(?:own\s+)?"
+            # "your (full) system prompt"; "the" only with a word that means all of it.
+            + r"\b(?:your\s+(?:(?:own|entire|full|whole|complete|current|exact|original|"
+            r"initial|hidden|internal)\s+){0,2}|the\s+(?:entire|full|whole|complete|current)"
+            r"\s+(?:own\s+)?)"
             r"(?:system\s+prompt|system\s+message|instructions|conversation|chat\s+history|"
             r"message\s+history|previous\s+messages|prior\s+messages|available\s+tools|"
             r"tool\s+(?:list|names|definitions))\b"
@@ -735,8 +752,9 @@ _IMPERATIVE: Final = _rx(
 _NORMALISE_WS: Final = re.compile(r"\s+")
 
 # Matching folds look-alikes to the Latin letters phrases are written in: a hand-written
-# table of Cyrillic, Greek, Armenian, IPA, Lisu and Cherokee homoglyphs and Latin small
-# capitals. Blank-looking fillers are dropped and the braille blank read as a space.
+# table of Cyrillic, Greek, Armenian, IPA, Lisu, Cherokee, Coptic, Osage, Deseret and
+# Canadian syllabics homoglyphs, Latin small capitals and enclosed letters. Blank-looking
+# fillers are dropped and the braille blank read as a space.
 # Compatibility forms (fullwidth, mathematical letters) are folded by NFKD; the table
 # applies before it too, as NFKD turns a lunate sigma (U+03F2) into a final sigma.
 _LOOK_ALIKES: Final = (
@@ -782,6 +800,19 @@ _LOOK_ALIKES: Final = (
         "\u0274\u1d0f\u1d18\ua7af\u0280\ua731\u1d1b\u1d1c\u1d20\u1d21\u028f\u1d22",
         "abcdefghijklmnopqrstuvwyz",
     ),
+    # Coptic, Osage, Deseret and Georgian round letters, the turned e
+    ("\u2c9f\u2ca3\u2ca5\u2c93\u2ca9\U000104ea\U0001042c\u10ff\u01dd", "opciyoooe"),
+    (
+        "\u2c9e\u2ca2\u2ca4\u2c8e\u2c92\u2c80\u2c94\u2c98\u2c9a\u2ca6\u2cac\u2c82"
+        "\U000104c2\U00010404",
+        "OPCHIAKMNTXBOO",
+    ),
+    # Canadian syllabics that read as Latin capitals
+    ("\u1587\u15c5\u15f7\u157c\u146d\u142f\u15ef\u1455\u1515\u148d\u15f0", "RABHPVWCSJM"),
+    # Negative squared and circled letters, regional indicators (NFKD keeps all three)
+    ("".join(chr(0x1F170 + i) for i in range(26)), "ABCDEFGHIJKLMNOPQRSTUVWXYZ"),
+    ("".join(chr(0x1F150 + i) for i in range(26)), "ABCDEFGHIJKLMNOPQRSTUVWXYZ"),
+    ("".join(chr(0x1F1E6 + i) for i in range(26)), "ABCDEFGHIJKLMNOPQRSTUVWXYZ"),
     # The braille blank
     ("\u2800", " "),
 )
@@ -794,6 +825,12 @@ _FOLD: Final = str.maketrans(
 # standard font has), or diacritics over a letter.
 _UNSEEN_CATEGORIES: Final = frozenset({"Cf", "Cn", "Co", "Mn", "Me"})
 _NUMERIC_ENTITY: Final = re.compile(r"&#(?:0*(\d{1,7})|[xX]0*([0-9a-fA-F]{1,6}));")
+_NAMED_ENTITY: Final = re.compile(r"&[A-Za-z][A-Za-z0-9]{1,31};")
+# Underscores around a word are markdown emphasis (_previous_), not part of a name.
+_EMPHASIS: Final = re.compile(r"(?<!\w)_+(?=\w)|(?<=[^\W_])_+(?!\w)")
+# An identifier (a parameter name, an enum value) read as the words it is made of.
+_IDENTIFIER: Final = re.compile(r"[\w$-]{3,200}")
+_WORD_JOINS: Final = re.compile(r"[_-]+|(?<=[a-z0-9])(?=[A-Z])")
 
 
 def check_poisoning(view: ToolView, budget: TextBudget | None = None) -> list[Finding]:
@@ -830,8 +867,10 @@ def check_poisoning(view: ToolView, budget: TextBudget | None = None) -> list[Fi
             for rule, severity, message in _scan_split(parts, view.name)
         )
     findings.extend(_parameters(view, lines))
-    # A key and its value share a pointer: the same text in both is one finding.
-    return list(dict.fromkeys(findings))
+    # A key and its value share a pointer: the same text in both is one finding, and a
+    # parameter's name read as text and as a name is one finding per rule.
+    once = {(f.rule, f.severity, f.pointer): f for f in reversed(findings)}
+    return list(reversed(once.values()))
 
 
 def scan_text(text: str, *, tool: str = "") -> list[tuple[str, Severity, str]]:
@@ -871,10 +910,13 @@ def _scan(text: str, tool: str) -> tuple[list[tuple[str, Severity, str]], str]:
     for rule, severity, message in _markup(visible):
         add(rule, severity, message)
     clean = _one_line(visible)
+    words = _words_of(clean)
     for pattern in _PATTERNS:
         if pattern.rule in hits and hits[pattern.rule][1] is Severity.ERROR:
             continue
         match = next(_matches(pattern, clean if pattern.rule != "P109" else visible, tool), None)
+        if match is None and words is not None:
+            match = next(_matches(pattern, words, tool), None)
         if match:
             add(pattern.rule, pattern.severity, f"{pattern.what}: {_quote(match.group(0))}")
     return list(hits.values()), clean
@@ -932,8 +974,11 @@ def _matches(
     pattern: _Pattern, text: str, tool: str, start: int = 0, stop: int = sys.maxsize
 ) -> Iterator[re.Match[str]]:
     for match in pattern.regex.finditer(text, start, stop):
-        if not (pattern.names_tool and _names_itself(match.group(0), tool)):
-            yield match
+        if pattern.names_tool and _names_itself(match.group(0), tool):
+            continue
+        if "benign" in pattern.regex.groupindex and match.group("benign") is not None:
+            continue
+        yield match
 
 
 def _names_itself(fragment: str, tool: str) -> bool:
@@ -1115,8 +1160,9 @@ def _visible(text: str) -> str:
     At most one character past :data:`MAX_TEXT_CHARS` is kept: decomposition can make
     a text 18 times longer (U+FDFA), and the caller reports one that grew past it.
     """
-    if "&#" in text:
+    if "&" in text:
         text = _NUMERIC_ENTITY.sub(_decode_entity, text)
+        text = _NAMED_ENTITY.sub(_decode_named_entity, text)
     if text.isascii():
         return text
     decomposed = unicodedata.normalize("NFKD", text.translate(_FOLD))
@@ -1133,9 +1179,28 @@ def _decode_entity(match: re.Match[str]) -> str:
     return chr(code) if 0 < code <= sys.maxunicode else match.group()
 
 
+def _decode_named_entity(match: re.Match[str]) -> str:
+    """A named character reference as its character (``&nbsp;`` is a space): unknown
+    names stay as written."""
+    return html.unescape(match.group())
+
+
 def _one_line(visible: str) -> str:
-    """The folded text on one line, so patterns see sentences across wrapped lines."""
-    return _NORMALISE_WS.sub(" ", visible.replace("*", ""))
+    """The folded text on one line, so patterns see sentences across wrapped lines,
+    without markdown emphasis (``*previous*``, ``_previous_``)."""
+    text = visible.replace("*", "")
+    if "_" in text:
+        text = _EMPHASIS.sub("", text)
+    return _NORMALISE_WS.sub(" ", text)
+
+
+def _words_of(clean: str) -> str | None:
+    """An identifier as the words it joins (``ignore_previous_instructions``,
+    ``ignorePreviousInstructions``), or None for text that is not one identifier."""
+    if not _IDENTIFIER.fullmatch(clean):
+        return None
+    words = _WORD_JOINS.sub(" ", clean).strip()
+    return words if " " in words else None
 
 
 def _quote(fragment: str) -> str:
