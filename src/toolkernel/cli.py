@@ -305,7 +305,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=_demo)
 
     lint = commands.add_parser("lint", help="lint tool definitions for hygiene and poisoning")
-    lint.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    lint.add_argument(
+        "paths", nargs="+", type=_lint_path, metavar="PATH", help="a file, or - for standard input"
+    )
     lint.add_argument("--format", choices=("text", "json", "sarif"), default="text")
     lint.set_defaults(handler=_lint)
 
@@ -877,6 +879,12 @@ def _demo(args: argparse.Namespace) -> int:
     from toolkernel.demo import run_demo
 
     return run_demo(keep=args.keep)
+
+
+def _lint_path(text: str) -> Path:
+    from toolkernel.lint.report import path_argument
+
+    return path_argument(text)
 
 
 def _lint(args: argparse.Namespace) -> int:

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from toolkernel.lint.report import run_lint
+from toolkernel.lint.report import path_argument, run_lint
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, lint, print the report and return the exit code."""
     parser = argparse.ArgumentParser(prog="toolkernel lint", description=__doc__)
-    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    parser.add_argument("paths", nargs="+", type=path_argument, metavar="PATH")
     parser.add_argument("--format", choices=("text", "json", "sarif"), default="text")
     args = parser.parse_args(argv)
     report, code = run_lint(args.paths, args.format)

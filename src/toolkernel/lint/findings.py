@@ -14,11 +14,14 @@ from typing import Final
 
 from toolkernel.errors import ToolkernelError
 
-__all__ = ["FILE_TOOL", "RULES", "Finding", "LintInputError", "Rule", "Severity"]
+__all__ = ["FILE_TOOL", "RULES", "SERVER_TOOL", "Finding", "LintInputError", "Rule", "Severity"]
 
 
 # The ``tool`` of an ``F001`` finding: a whole file, or an item in it, that is not a tool.
 FILE_TOOL: Final = "<file>"
+# The ``tool`` of a finding in a server's own text beside its tools (its instructions,
+# prompts and resources in a snapshot or an initialize result).
+SERVER_TOOL: Final = "<server>"
 
 
 class Severity(StrEnum):
@@ -95,6 +98,7 @@ RULES: Final[dict[str, Rule]] = _catalogue(
         "valid-schema",
         "The input and output schemas compile as JSON Schema, as the runtime requires.",
     ),
+    Rule("D013", "unique-name", "No two tools of one document share a name."),
     Rule(
         "P101",
         "model-directed-instruction",

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, Final
 
-from toolkernel.lint.findings import FILE_TOOL, Finding, LintInputError, Severity
+from toolkernel.lint.findings import FILE_TOOL, SERVER_TOOL, Finding, LintInputError, Severity
 from toolkernel.lint.hygiene import check_hygiene
-from toolkernel.lint.loaders import ToolKind, iter_definitions, not_an_object, view_of
+from toolkernel.lint.loaders import (
+    ToolKind,
+    ToolView,
+    iter_definitions,
+    not_an_object,
+    server_text,
+    view_of,
+)
 from toolkernel.lint.poisoning import (
     MAX_DEFINITION_CHARS,
     MAX_DOCUMENT_CHARS,
@@ -63,9 +71,12 @@ def lint_document(data: Any) -> list[Finding]:
     """Lint every definition in a parsed document of any accepted shape.
 
     An item of a list that is not a tool definition draws an ``F001`` error naming it
-    (tool ``"<file>"``); the other items are still linted. The rules read at most
-    :data:`~toolkernel.lint.poisoning.MAX_DOCUMENT_CHARS` characters of text in the
-    whole document: each definition past that draws a ``P114`` error instead.
+    (tool ``"<file>"``); the other items are still linted. A second tool with a name
+    already used draws a ``D013`` error. What a ``{"tools": [...]}`` document holds
+    beside its tools (a server's instructions, prompts, resources) is read by the ``P``
+    rules as tool ``"<server>"``, with pointers into the document. The rules read at
+    most :data:`~toolkernel.lint.poisoning.MAX_DOCUMENT_CHARS` characters of text in
+    the whole document: each definition past that draws a ``P114`` error instead.
 
     Raises:
         LintInputError: the document has no accepted shape, or is one definition whose
@@ -73,6 +84,7 @@ def lint_document(data: Any) -> list[Finding]:
     """
     document = document_budget()
     findings: list[Finding] = []
+    named: dict[str, int] = {}
     for index, defn in enumerate(iter_definitions(data)):
         problem = not_an_object(defn)
         if problem is not None:
@@ -84,6 +96,24 @@ def lint_document(data: Any) -> list[Finding]:
             if defn is data:
                 raise  # the document is this one definition: no item to name
             findings.append(_unlintable(f"item {index}: {exc}"))
+            continue
+        view = view_of(defn)
+        first = named.setdefault(view.name, index)
+        if first != index and view.name != "<unnamed>":
+            message = (
+                f"item {index} has the same name as item {first}: a client keeps one of them, "
+                "and the pointers of both tools' findings look alike"
+            )
+            findings.append(
+                Finding(view.name, "D013", Severity.ERROR, view.pointer("name"), message)
+            )
+    beside = server_text(data)
+    if beside is not None:
+        rest, base = beside
+        server = ToolView(ToolKind.MCP, rest, {"name": SERVER_TOOL}, "", "inputSchema", None)
+        budget = TextBudget(MAX_DEFINITION_CHARS, scope="server text", within=document)
+        found = check_poisoning(server, budget)
+        findings.extend(replace(f, pointer=base + f.pointer) for f in found)
     return findings
 
 
@@ -98,4 +128,6 @@ def _lint(
     if deeper_than(defn, MAX_DEPTH):
         message = f"too deeply nested (more than {MAX_DEPTH} levels); not linted further"
         return [Finding(view.name, "D010", Severity.ERROR, "", message)]
+    if view.kind is ToolKind.BUILTIN:
+        return check_poisoning(view, budget)  # the provider defines its schema
     return check_poisoning(view, budget) + check_hygiene(view)

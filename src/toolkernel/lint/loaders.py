@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ __all__ = [
     "iter_definitions",
     "load_path",
     "not_an_object",
+    "server_text",
     "view_of",
 ]
 
@@ -58,6 +60,28 @@ class ToolKind(StrEnum):
     MCP = "mcp"
     OPENAI = "openai"
     ANTHROPIC = "anthropic"
+    # A tool the provider defines (Anthropic's bash_20250124, OpenAI's web_search) or an
+    # OpenAI custom tool: no input schema to check, but its text reaches the model.
+    BUILTIN = "builtin"
+
+
+# OpenAI Responses tools that are not functions; Anthropic's carry a date (bash_20250124).
+_OPENAI_BUILTINS: Final = frozenset(
+    {
+        "custom",
+        "web_search",
+        "web_search_preview",
+        "file_search",
+        "code_interpreter",
+        "image_generation",
+        "computer_use_preview",
+        "local_shell",
+        "shell",
+        "apply_patch",
+        "mcp",
+    }
+)
+_DATED_BUILTIN: Final = re.compile(r"[a-z][a-z0-9_]*_\d{8}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +112,12 @@ class ToolView:
     def name(self) -> str:
         """The tool's name, or ``"<unnamed>"`` when it has no string name."""
         name = self.fields.get("name")
-        return name if isinstance(name, str) and name else "<unnamed>"
+        if isinstance(name, str) and name:
+            return name
+        kind = self.fields.get("type")  # a provider's own tool may have only its type
+        if self.kind is ToolKind.BUILTIN and isinstance(kind, str):
+            return kind
+        return "<unnamed>"
 
     @property
     def input_schema(self) -> Any:
@@ -117,17 +146,24 @@ def escape_token(key: str | int) -> str:
 
 
 def detect_kind(defn: Mapping[str, Any]) -> ToolKind | None:
-    """Guess the format of one definition from its keys; None if none fits."""
+    """Guess the format of one definition from its keys; None if none fits.
+
+    ``inputSchema`` decides first: an MCP tool with a stray ``type: function`` or
+    ``input_schema`` beside it is still linted as the bridge lints it.
+    """
+    if "inputSchema" in defn:
+        return ToolKind.NATIVE if _NATIVE_KEYS & defn.keys() else ToolKind.MCP
     if defn.get("type") == "function":
         return ToolKind.OPENAI
     if "input_schema" in defn:
         return ToolKind.ANTHROPIC
-    if "inputSchema" in defn:
-        return ToolKind.NATIVE if _NATIVE_KEYS & defn.keys() else ToolKind.MCP
     if "parameters" in defn and "name" in defn:
         return ToolKind.OPENAI  # the legacy ``functions=[…]`` shape
     if _NATIVE_KEYS & defn.keys() and "name" in defn:
         return ToolKind.NATIVE
+    kind = defn.get("type")
+    if isinstance(kind, str) and (kind in _OPENAI_BUILTINS or _DATED_BUILTIN.fullmatch(kind)):
+        return ToolKind.BUILTIN
     return None
 
 
@@ -147,7 +183,8 @@ def view_of(defn: Mapping[str, Any], kind: ToolKind | str | None = None) -> Tool
             keys = ", ".join(sorted(map(repr, defn.keys()))[:8]) or "none"
             raise LintInputError(
                 "not a recognised tool definition: an object with none of inputSchema, "
-                f"input_schema, parameters or type: function (keys: {keys})"
+                "input_schema, parameters, type: function or the type of a provider's own "
+                f"tool (keys: {keys})"
             )
         kind = detected
     try:
@@ -160,6 +197,8 @@ def view_of(defn: Mapping[str, Any], kind: ToolKind | str | None = None) -> Tool
             return ToolView(kind, defn, nested, "/function", "parameters", None)
         return ToolView(kind, defn, defn, "", "parameters", None)
     if kind is ToolKind.ANTHROPIC:
+        return ToolView(kind, defn, defn, "", "input_schema", None)
+    if kind is ToolKind.BUILTIN:
         return ToolView(kind, defn, defn, "", "input_schema", None)
     if kind is ToolKind.MCP:
         return ToolView(kind, defn, defn, "", "inputSchema", "outputSchema")
@@ -189,6 +228,19 @@ def iter_definitions(data: Any) -> list[Any]:
     raise LintInputError(
         f'holds {_json_type(data)}, not a tool definition, a list of them or {{"tools": [...]}}'
     )
+
+
+def server_text(data: Any) -> tuple[dict[str, Any], str] | None:
+    """What a document holds beside its tools, and its JSON pointer: a server snapshot's
+    ``server_info``, an initialize result's ``instructions``, prompts and resources,
+    which MCP clients show the model too. None when the document is no container."""
+    base = ""
+    if isinstance(data, Mapping) and isinstance(data.get("result"), Mapping):
+        data, base = data["result"], "/result"
+    if not (isinstance(data, Mapping) and isinstance(data.get("tools"), list)):
+        return None
+    rest = {key: value for key, value in data.items() if key != "tools"}
+    return (rest, base) if rest else None
 
 
 def not_an_object(item: Any) -> str | None:

@@ -396,8 +396,9 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
             r"exfiltrat(?:e|ing|ed)|leak(?:ing|ed)?|report(?:ing|ed)?|mirror(?:ing|ed)?|"
             r"sync(?:ing|ed)?|shar(?:e|ing|ed))\s+"
             + _gap(60)
-            + r"\b(?:contents?|data|results?|outputs?|files?|conversation|history|messages?|"
+            + r"(?:\b(?:contents?|data|results?|outputs?|files?|conversation|history|messages?|"
             r"credentials?|keys?|tokens?|information|details|everything|it|them)\b"
+            + rf"|{_COVERT})"
             + _gap(40)
             + _SEND_TARGET
         ),

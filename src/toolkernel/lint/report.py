@@ -14,7 +14,15 @@ from toolkernel.lint.linter import lint_document
 from toolkernel.lint.loaders import load_path
 from toolkernel.terminal import printable
 
-__all__ = ["EXIT_CLEAN", "EXIT_ERRORS", "FILE_TOOL", "Format", "render", "run_lint"]
+__all__ = [
+    "EXIT_CLEAN",
+    "EXIT_ERRORS",
+    "FILE_TOOL",
+    "Format",
+    "path_argument",
+    "render",
+    "run_lint",
+]
 
 Format = Literal["text", "json", "sarif"]
 
@@ -26,6 +34,14 @@ SARIF_SCHEMA: Final = "https://json.schemastore.org/sarif-2.1.0.json"
 # ``toolkernel lint`` ran in, recorded in the run's ``originalUriBaseIds``.
 SARIF_SRCROOT: Final = "%SRCROOT%"
 _DRIVER: Final = "toolkernel-lint"
+# The empty pointer (the whole definition) as text shows it: "/" would be the member "".
+_ROOT_POINTER: Final = '""'
+
+
+def path_argument(text: str) -> Path:
+    """A ``PATH`` given to ``toolkernel lint``: ``-`` is standard input (``./-`` names a
+    file called ``-``)."""
+    return Path("/dev/stdin") if text == "-" else Path(text)
 
 
 def run_lint(paths: Sequence[Path], fmt: Format) -> tuple[str, int]:
@@ -64,7 +80,7 @@ def render(results: Sequence[tuple[Path, Finding]], fmt: Format) -> str:
 
 def _as_json(path: Path, finding: Finding) -> dict[str, str]:
     return {
-        "file": path.as_posix(),
+        "file": _printable_name(path),
         "tool": finding.tool,
         "rule": finding.rule,
         "severity": str(finding.severity),
@@ -76,7 +92,8 @@ def _as_json(path: Path, finding: Finding) -> dict[str, str]:
 def _text(results: Sequence[tuple[Path, Finding]]) -> str:
     lines = [
         printable(
-            f"{path}: {f.tool} {f.rule} {f.severity} {f.pointer or '/'} {f.message}",
+            f"{_printable_name(path)}: {f.tool} {f.rule} {f.severity} "
+            f"{f.pointer or _ROOT_POINTER} {f.message}",
             one_line=False,
         )
         for path, f in results
@@ -86,6 +103,12 @@ def _text(results: Sequence[tuple[Path, Finding]]) -> str:
     files = len({path for path, _ in results})
     lines.append(f"{errors} error(s), {warnings} warning(s) in {files} file(s) with findings")
     return "\n".join(lines) + "\n"
+
+
+def _printable_name(path: Path) -> str:
+    """The file's name as text: bytes that are not UTF-8 (from the command line) written
+    as ``\\xff`` rather than as lone surrogates, which JSON readers reject or replace."""
+    return os.fsencode(path.as_posix()).decode("utf-8", "backslashreplace")
 
 
 def _sarif(results: Sequence[tuple[Path, Finding]]) -> dict[str, Any]:
