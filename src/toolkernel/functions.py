@@ -650,7 +650,9 @@ def _apply_metadata(schema: dict[str, Any], item: Any, *, tool_name: str, where:
         for name, value in vars(item).items():
             if name == "pattern":
                 constrain(("string",), {"pattern": value})
-            elif name != "strict":  # the schema is strict anyway
+            elif name != "strict" and value is not None:
+                # The schema is strict anyway; StringConstraints(pattern=...) also carries
+                # strip_whitespace, to_upper and to_lower, None when not asked for.
                 what = f"pydantic's {name}=... has no JSON Schema form here"
                 raise DefinitionError(tool_name, where, what)
     elif isinstance(item, Format):

@@ -17,7 +17,7 @@ from typing import Annotated, Any, NotRequired, TypedDict
 import pydantic
 import pytest
 from annotated_types import Ge, Gt, MaxLen
-from pydantic import Field, conint, constr
+from pydantic import Field, StringConstraints, conint, constr
 
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.context import ToolContext
@@ -228,6 +228,14 @@ def test_a_bound_that_fits_no_branch_of_the_type_is_a_definition_error(annotatio
         (conint(ge=1, le=100), {"type": "integer", "minimum": 1, "maximum": 100}),
         (conint(gt=0, strict=True), {"type": "integer", "exclusiveMinimum": 0}),
         (constr(max_length=3), {"type": "string", "maxLength": 3}),
+        (
+            constr(pattern="^[a-z]+$", max_length=20),
+            {"type": "string", "pattern": "^[a-z]+$", "maxLength": 20},
+        ),
+        (
+            Annotated[str, StringConstraints(pattern="^[a-z]+$")],
+            {"type": "string", "pattern": "^[a-z]+$"},
+        ),
     ],
 )
 def test_pydantic_constrained_types_become_schema_bounds(annotation: Any, schema: Any):
@@ -459,3 +467,8 @@ def test_a_single_string_for_tags_is_refused():
         tool("types.tags", tags="search")
     assert info.value.field == "tags"
     assert "list of strings" in info.value.problem
+
+
+def test_a_pydantic_transform_that_is_asked_for_is_still_refused():
+    refusal = _refusal(Annotated[str, StringConstraints(pattern="^a", to_lower=True)])
+    assert "to_lower" in refusal.problem
