@@ -586,3 +586,8 @@ def test_a_ledger_path_that_is_a_directory_is_refused_naming_the_key(
     (tmp_path / "toolkernel.toml").write_text(f'[ledger]\npath = "{path}"\n')
     with pytest.raises(ConfigError, match=r"'ledger\.path': .* is a directory"):
         check_placement(load_config(workspace=tmp_path))
+
+
+def test_a_configuration_saved_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    (tmp_path / CONFIG_FILENAME).write_bytes(b'\xef\xbb\xbf[run]\nstate = "EDITING"\n')
+    assert load_config(tmp_path / CONFIG_FILENAME).run_state == "EDITING"

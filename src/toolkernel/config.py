@@ -141,7 +141,8 @@ def load_config(path: Path | None = None, *, workspace: Path | None = None) -> C
         path = candidate
     _check_regular_file(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        # A byte-order mark (Windows editors write one) is not part of the TOML.
+        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the configuration ({exc.strerror})") from exc
     except UnicodeDecodeError as exc:

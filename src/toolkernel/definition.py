@@ -383,9 +383,33 @@ def _check_against_schema(data: Mapping[str, Any]) -> None:
         raise DefinitionError("", "(root)", "a tool definition must be an object")
     name = data.get("name")
     tool = name if isinstance(name, str) else ""
+    foreign = _not_json(data, ())
+    if foreign is not None:  # a TOML date, a Python set: the validator cannot read it
+        where, value = foreign
+        what = f"is a {type(value).__name__}, which JSON cannot hold (write it as a string)"
+        raise DefinitionError(tool, ".".join(where) or "(root)", what)
     errors = _DEFINITION_VALIDATOR.errors(data, limit=1)
     if errors:
         raise DefinitionError(tool, *_describe(errors[0]))
+
+
+def _not_json(value: Any, where: tuple[str, ...]) -> tuple[tuple[str, ...], Any] | None:
+    """The first value in ``value`` that is not JSON, with its path; None if none is."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            found = _not_json(item, (*where, str(key)))
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = _not_json(item, (*where, str(index)))
+            if found is not None:
+                return found
+        return None
+    if value is None or isinstance(value, str | int | float):  # bool is an int
+        return None
+    return where, value
 
 
 def _describe(error: SchemaError) -> tuple[str, str]:

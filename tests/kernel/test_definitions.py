@@ -145,6 +145,25 @@ additionalProperties = false
     assert loaded_toml.concurrency_group is ConcurrencyGroup.COMMAND_EXECUTION
 
 
+@pytest.mark.parametrize(
+    ("line", "field", "kind"),
+    [
+        ("updated = 2024-05-01", "updated", "date"),
+        ("version = 1979-05-27T07:32:00Z", "version", "datetime"),
+        ("inputSchema = { type = 'object', default = 07:32:00 }", "inputSchema.default", "time"),
+    ],
+)
+def test_a_toml_date_in_a_definition_is_named_as_the_field(
+    tmp_path: Path, line: str, field: str, kind: str
+):
+    path = tmp_path / "tool.toml"
+    path.write_text(f'name = "notes.count"\ndescription = "Count."\n{line}\n')
+    with pytest.raises(DefinitionError) as info:
+        load_definitions(path)
+    assert info.value.field == field
+    assert f"is a {kind}, which JSON cannot hold" in str(info.value)
+
+
 def test_broken_definition_file_names_the_file(tmp_path: Path):
     path = tmp_path / "bad.json"
     path.write_text("{not json")
