@@ -495,3 +495,33 @@ def test_closing_a_listed_schema_keeps_the_properties_of_its_top_level_branches(
     assert not registered.validator.is_valid({"id": "1"})  # the anyOf still holds
     assert not registered.validator.is_valid({"id": "1", "body": 3})  # so does its type
     assert not registered.validator.is_valid({"id": "1", "body": "b", "other": 1})  # closed
+
+
+async def test_a_secret_handed_to_the_server_never_reaches_the_model(workspace, monkeypatch):
+    """A key in ``env`` or passed through ``env_allow`` comes back in a server's error;
+    a variable whose name says nothing of a secret is not masked."""
+    monkeypatch.setenv("MY_API_TOKEN", "k9Qw7Zr2Lm5Tx8Vb")
+    server = fixture_server(
+        "fx",
+        "--environ",
+        env=(("API_KEY", "Vq8rT2mLx9Pz4KwN"), ("REGION", "eu-west-1")),
+        env_allow=("MY_API_TOKEN",),
+    )
+    kernel = open_kernel(workspace)
+    try:
+        with anyio.fail_after(30):
+            async with McpBridge(kernel, [server]) as bridge:
+                await bridge.connect_all()
+                run = kernel.start_run()
+                shown = []
+                for var in ("API_KEY", "MY_API_TOKEN", "REGION"):
+                    result = await kernel.call(run, "fx.whoami", {"var": var})
+                    assert result.status is Status.FAILED
+                    shown.append(str(result.projection()))
+        stored = str([event.payload for event in kernel.ledger.events(run.id)])
+    finally:
+        kernel.close()
+    assert "Vq8rT2mLx9Pz4KwN" not in shown[0]
+    assert "k9Qw7Zr2Lm5Tx8Vb" not in shown[1]
+    assert "eu-west-1" in shown[2]
+    assert "Vq8rT2mLx9Pz4KwN" not in stored

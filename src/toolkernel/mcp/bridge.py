@@ -875,6 +875,10 @@ class McpBridge:
     ) -> None:
         self.kernel = kernel
         self.servers = {server.name: server for server in servers}
+        # Secrets we hand a server (env, env_allow) come back in its errors and output.
+        for server in self.servers.values():
+            for secret in server.secrets():
+                kernel.redactor.add_secret(secret)
         self.pins = pins or PinStore.in_state_dir(kernel.config.state_dir)
         self.errlog = errlog
         self.run_id = ADMISSION_RUN_ID

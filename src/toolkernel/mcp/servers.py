@@ -39,6 +39,13 @@ from toolkernel.errors import ConfigError
 from toolkernel.schema import compile_schema
 from toolkernel.terminal import printable
 
+# A variable whose name ends in or holds one of these words carries a secret.
+_SECRET_NAME: Final = re.compile(
+    r"(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|AUTH|CREDENTIALS?|COOKIE|"
+    r"PRIVATE|DSN|CONNECTION_STRING)(?:_|$)|PASSWORD|TOKEN|SECRET",
+    re.IGNORECASE,
+)
+
 __all__ = [
     "MCP_CONFIG_SCHEMA",
     "PinMode",
@@ -177,6 +184,12 @@ class ServerConfig:
         environ = os.environ if environ is None else environ
         passed = {key: environ[key] for key in self.env_allow if key in environ}
         return passed | dict(self.env)
+
+    def secrets(self, environ: Mapping[str, str] | None = None) -> list[str]:
+        """The values of :meth:`child_env` whose names say they are secrets (``API_KEY``,
+        ``GITHUB_TOKEN``, ``DB_PASSWORD``, ``PGPASSWORD``, …): the server may echo them
+        in what it returns, and the model must not see them."""
+        return [value for key, value in self.child_env(environ).items() if _SECRET_NAME.search(key)]
 
     def describe(self) -> str:
         """The server's target, for messages: the command, or the URL without its
