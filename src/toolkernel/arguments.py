@@ -62,6 +62,12 @@ def parse_arguments(
         raw = {}
     if type(raw) is dict or isinstance(raw, Mapping):  # a dict skips the ABC check
         return _from_mapping(raw, max_bytes=max_bytes, max_depth=max_depth)
+    if not isinstance(raw, str | bytes | bytearray | memoryview):
+        # Already decoded, but not an object: a list, a number (bytes(5) would be five
+        # NUL bytes, "not JSON"). A tuple is what a list is.
+        value = list(raw) if isinstance(raw, tuple) else raw
+        kind = _kind(value) if isinstance(value, list | int | float) else "a value"
+        return ArgumentsRejected(ErrorCode.ARGUMENTS_NOT_OBJECT, {"kind": kind}, "")
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
     raw_hash = sha256_hex(data)
     if len(data) > max_bytes:

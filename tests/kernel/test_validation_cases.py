@@ -177,6 +177,19 @@ async def test_malformed_raw_arguments_get_specific_codes(kernel_factory, raw, c
     assert result.error_code is code
 
 
+@pytest.mark.parametrize(
+    ("raw", "kind"), [([1, 2], "an array"), (5, "a number"), ((1,), "an array")]
+)
+async def test_decoded_arguments_that_are_no_object_are_named_as_what_they_are(
+    kernel_factory, raw, kind
+):
+    kernel = kernel_factory()
+    result = await kernel.call(kernel.start_run(), "repo.lookup", raw)
+    assert result.error_code is ErrorCode.ARGUMENTS_NOT_OBJECT
+    assert kind in result.safe_message
+    assert "not valid JSON" not in result.safe_message
+
+
 async def test_invalid_call_has_request_and_result_but_no_started(kernel_factory):
     kernel = kernel_factory()
     run = kernel.start_run()
