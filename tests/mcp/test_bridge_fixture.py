@@ -525,3 +525,31 @@ async def test_a_secret_handed_to_the_server_never_reaches_the_model(workspace, 
     assert "k9Qw7Zr2Lm5Tx8Vb" not in shown[1]
     assert "eu-west-1" in shown[2]
     assert "Vq8rT2mLx9Pz4KwN" not in stored
+
+
+async def test_of_two_remote_names_spelled_alike_the_first_keeps_its_tool(workspace):
+    kernel = open_kernel(workspace)
+    try:
+        with anyio.fail_after(30):
+            async with McpBridge(kernel, [fixture_server("fx", "--twins")]) as bridge:
+                [report] = await bridge.connect_all()
+                run = kernel.start_run()
+                result = await kernel.call(run, "fx.look_up", {})
+        rejected = events_of(kernel, EventType.REMOTE_TOOL_REJECTED)
+    finally:
+        kernel.close()
+    assert "fx.look_up" in report.accepted
+    assert report.rejected == ("look_up",)
+    assert result.status is Status.SUCCEEDED
+    assert result.structured_output["content"][0]["text"] == "looked up by look up"
+    [event] = [e for e in rejected if e.payload["tool"] == "look_up"]
+    assert [r["rule"] for r in event.payload["reasons"]] == ["NAME_COLLISION"]
+
+
+async def test_inspect_refuses_the_second_of_two_names_spelled_alike():
+    from toolkernel.mcp import inspect_server
+
+    with anyio.fail_after(30):
+        report = await inspect_server(fixture_server("fx", "--twins"))
+    decisions = {(t.remote_name, t.decision) for t in report.tools if t.name == "fx.look_up"}
+    assert decisions == {("look up", "accept"), ("look_up", "reject")}

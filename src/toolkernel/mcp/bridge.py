@@ -76,6 +76,7 @@ from collections import Counter
 from collections.abc import (
     AsyncIterator,
     Callable,
+    Collection,
     Coroutine,
     Iterable,
     Iterator,
@@ -144,6 +145,7 @@ __all__ = [
     "list_remote_tools",
     "listing_budget",
     "namespaced",
+    "unless_taken",
 ]
 
 ADMISSION_RUN_ID: Final = "mcp-admission"
@@ -212,6 +214,21 @@ class Admission:
     @property
     def pin_hash(self) -> str:
         return sha256_of(pinned_view(self.tool))
+
+
+def unless_taken(admission: Admission, seen: Collection[str], *, taken: bool = False) -> Admission:
+    """``admission``, or its refusal when an earlier tool of the listing (``seen``) or
+    another tool (``taken``) already has its name: two remote names can map to one
+    (``a b`` and ``a_b``), and the first keeps it."""
+    name = admission.name
+    if not admission.accepted or not (taken or name in seen):
+        return admission
+    reason = RejectReason("NAME_COLLISION", f"another tool is already named {name}")
+    return Admission(admission.server, admission.tool, name, None, admission.findings, (reason,))
+
+
+def _collided(admission: Admission) -> bool:
+    return any(reason.rule == "NAME_COLLISION" for reason in admission.reasons)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1120,7 +1137,8 @@ class McpBridge:
             tool = admission.tool
             seen.add(admission.name)
             if not admission.accepted:
-                self._withdraw(admission.name, _REJECTED)
+                if not _collided(admission):  # the name is another tool's, which stays
+                    self._withdraw(admission.name, _REJECTED)
                 rejected.append(admission.remote_name)
                 reported = self._rejected_event(admission, admission.reasons)
                 if reported:
@@ -1189,16 +1207,9 @@ class McpBridge:
 
     def _admit(self, admission: Admission, seen: set[str]) -> Admission:
         """``admission`` (of the tool alone), unless its name is taken."""
-        if not admission.accepted:
-            return admission
         name = admission.name
-        existing = self.kernel.registry.find(name)
-        if name in seen or (existing is not None and name not in self._routes):
-            reason = RejectReason("NAME_COLLISION", f"another tool is already named {name}")
-            return Admission(
-                admission.server, admission.tool, name, None, admission.findings, (reason,)
-            )
-        return admission
+        taken = self.kernel.registry.find(name) is not None and name not in self._routes
+        return unless_taken(admission, seen, taken=taken)
 
     def _expose(self, admission: Admission) -> None:
         """Register the admitted tool in place of the one of its name. The same

@@ -26,6 +26,7 @@ from toolkernel.mcp.bridge import (
     ServerUnavailable,
     admit_tool,
     listing_budget,
+    unless_taken,
 )
 from toolkernel.mcp.pins import PinStore
 from toolkernel.mcp.servers import AD_HOC_NAME, SandboxMode, ServerConfig, ad_hoc_server
@@ -141,10 +142,13 @@ async def inspect_server(
     # how paths in the shown text are masked.
     redactor = Redactor(Path.cwd())
     budget = listing_budget()
-    tools = tuple(
-        _inspected(admit_tool(config, tool, redactor=redactor, budget=budget), pins)
-        for tool in listed
-    )
+    seen: set[str] = set()
+    inspected = []
+    for tool in listed:  # as the bridge admits them: the first of two names wins
+        admission = unless_taken(admit_tool(config, tool, redactor=redactor, budget=budget), seen)
+        seen.add(admission.name)
+        inspected.append(_inspected(admission, pins))
+    tools = tuple(inspected)
     return InspectReport(
         server=config.name,
         target=config.describe(),
