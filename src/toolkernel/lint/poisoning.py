@@ -870,8 +870,10 @@ def check_poisoning(view: ToolView, budget: TextBudget | None = None) -> list[Fi
     findings.extend(_parameters(view, lines))
     # A key and its value share a pointer: the same text in both is one finding, and a
     # parameter's name read as text and as a name is one finding per rule.
-    once = {(f.rule, f.severity, f.pointer): f for f in reversed(findings)}
-    return list(reversed(once.values()))
+    once: dict[tuple[str, Severity, str], Finding] = {}
+    for finding in findings:
+        once.setdefault((finding.rule, finding.severity, finding.pointer), finding)
+    return list(once.values())
 
 
 def scan_text(text: str, *, tool: str = "") -> list[tuple[str, Severity, str]]:

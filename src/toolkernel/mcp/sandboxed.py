@@ -27,7 +27,7 @@ from toolkernel.config import Config
 from toolkernel.errors import ConfigError
 from toolkernel.mcp.servers import ServerConfig
 from toolkernel.pathguard import PathGuard
-from toolkernel.sandbox import SandboxSpec, bwrap_argv, find_bwrap, probe
+from toolkernel.sandbox import SandboxSpec, bwrap_argv, find_bwrap, own_home, probe
 from toolkernel.tools.adapter import protected_paths, write_protected
 
 __all__ = ["SANDBOX_ENV", "sandboxed_argv"]
@@ -83,10 +83,8 @@ def sandboxed_argv(settings: Config, guard: PathGuard, config: ServerConfig) -> 
 
 def _checked_binds(settings: Config, config: ServerConfig) -> tuple[Path, ...]:
     state = {settings.state_dir.resolve(), settings.ledger_path.parent.resolve()}
-    try:
-        homes = [Path.home().resolve()]
-    except RuntimeError:  # no HOME and no passwd entry: no home of ours to hide
-        homes = []
+    home = own_home()
+    homes = [] if home is None else [home.resolve()]
     binds = []
     for raw in config.ro_binds:
         path = Path(raw)

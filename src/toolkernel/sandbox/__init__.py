@@ -9,7 +9,13 @@ The library layer under the kernel's ``PROCESS`` and ``SANDBOX_*`` adapters::
     # SandboxUnavailable too, when bubblewrap never ran argv (its message says why)
 """
 
-from toolkernel.sandbox.bwrap import SandboxUnavailable, bwrap_argv, find_bwrap, probe
+from toolkernel.sandbox.bwrap import (
+    SandboxUnavailable,
+    bwrap_argv,
+    find_bwrap,
+    own_home,
+    probe,
+)
 from toolkernel.sandbox.process import (
     TERM_GRACE_S,
     OutputCallback,
@@ -29,6 +35,7 @@ __all__ = [
     "SandboxUnavailable",
     "bwrap_argv",
     "find_bwrap",
+    "own_home",
     "probe",
     "run_sandboxed",
 ]

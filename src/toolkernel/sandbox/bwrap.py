@@ -420,10 +420,7 @@ class _Homes:
 
     @classmethod
     def now(cls) -> _Homes:
-        try:
-            mine: Path | None = Path.home()
-        except RuntimeError:  # no HOME and no passwd entry
-            mine = None
+        mine = own_home()
         found = set() if mine is None else {mine}
         with contextlib.suppress(OSError):  # no passwd database: the user's own home
             found.update(Path(entry.pw_dir) for entry in pwd.getpwall() if entry.pw_dir)
@@ -434,6 +431,15 @@ class _Homes:
                 if real != Path("/"):
                     every.add(real)
         return cls(None if mine is None else mine.resolve(), frozenset(every))
+
+
+def own_home() -> Path | None:
+    """This user's home directory, or None for a user with neither ``HOME`` nor a
+    passwd entry (a container's arbitrary uid), who has none to hide or bind."""
+    try:
+        return Path.home()
+    except RuntimeError:
+        return None
 
 
 def _program_prefixes(program: str, spec: SandboxSpec, homes: _Homes) -> list[Path]:
