@@ -3,6 +3,7 @@ happened, and stdout that is not JSON-RPC reported once instead of a traceback a
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import shutil
@@ -26,6 +27,7 @@ from toolkernel.codes import ErrorCode, Status
 from toolkernel.definition import TrustLevel
 from toolkernel.ledger import EventType
 from toolkernel.mcp import McpBridge, ServerConfig, ServerUnavailable, inspect_server
+from toolkernel.mcp import bridge as bridge_module
 from toolkernel.mcp.inspect import STDERR_SHOWN, InspectedTool, InspectReport, render_inspect
 
 pytestmark = pytest.mark.anyio
@@ -289,3 +291,34 @@ async def test_inspect_escapes_what_the_server_writes_on_stderr(capfd):
     assert "\x1b" not in err
     assert "\x07" not in err
     assert "\\x1b[2J\\x1b]0;owned\\x07boom\nnext line\n" in err  # escaped, lines kept
+
+
+async def test_a_server_down_when_the_bridge_connects_is_bridged_once_it_is_up(
+    workspace, tmp_path, monkeypatch, caplog
+):
+    monkeypatch.setattr(bridge_module, "RECONNECT_FIRST_S", 0.05)
+    caplog.set_level(logging.INFO, logger="toolkernel.mcp.bridge")
+    up = tmp_path / "up"
+    command = f"test -f '{up}' && exec '{sys.executable}' '{FIXTURE_SERVER}'"
+    server = ServerConfig(name="late", command=("sh", "-c", command))
+    kernel = open_kernel(workspace)
+    run = kernel.start_run()
+    with anyio.fail_after(30):
+        async with McpBridge(kernel, [server]) as bridge:
+            [report] = await bridge.connect_all(run)
+            before = await kernel.call(run, "late.echo", {"message": "early"})
+            up.touch()
+            while kernel.registry.find("late.echo", None) is None:
+                await anyio.sleep(0.02)
+            after = await kernel.call(run, "late.echo", {"message": "now"})
+    assert not report.connected
+    assert before.error_code is ErrorCode.UNKNOWN_TOOL
+    assert after.status is Status.SUCCEEDED
+    assert after.structured_output == {"content": [{"type": "text", "text": "now"}]}
+    [note] = _notes(caplog, "is up")
+    assert note.startswith("MCP server late is up: ")
+
+
+def test_a_server_that_stays_down_is_tried_less_and_less_often():
+    waits = list(itertools.islice(bridge_module.reconnect_waits(), 9))
+    assert waits == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -89,16 +90,24 @@ command = ["{PYTHON}", "{FIXTURE_SERVER}", "--desc-file", "DESC"]
 """
 
 
-def test_clients_are_told_when_a_bridged_server_changes_its_tools(tmp_path: Path) -> None:
-    desc = tmp_path / "desc.txt"
-    desc.write_text("Returns ok.")
-    config = OPEN_POLICY + CHANGING_SERVER.replace("DESC", str(desc))
-    workspace = make_workspace(tmp_path / "ws", config=config)
+def _list_changed_listener() -> tuple[anyio.Event, Callable[[object], Awaitable[None]]]:
+    """An event set when the client is told ``notifications/tools/list_changed``, and
+    the message handler that sets it."""
     told = anyio.Event()
 
     async def on_message(message: object) -> None:
         if getattr(message, "method", None) == "notifications/tools/list_changed":
             told.set()
+
+    return told, on_message
+
+
+def test_clients_are_told_when_a_bridged_server_changes_its_tools(tmp_path: Path) -> None:
+    desc = tmp_path / "desc.txt"
+    desc.write_text("Returns ok.")
+    config = OPEN_POLICY + CHANGING_SERVER.replace("DESC", str(desc))
+    workspace = make_workspace(tmp_path / "ws", config=config)
+    told, on_message = _list_changed_listener()
 
     async def main() -> None:
         async with stdio_client(workspace, mode="legacy", message_handler=on_message) as client:
@@ -365,3 +374,26 @@ def test_a_bridged_tool_named_with_a_secret_is_rejected_not_listed(tmp_path: Pat
     ]
     assert rejected.payload["tool"] == TOKEN
     assert [(r["rule"], r["pointer"]) for r in rejected.payload["reasons"]] == [("SECRET", "/name")]
+
+
+def test_a_server_down_when_serve_starts_is_served_once_it_is_up(tmp_path: Path) -> None:
+    up = tmp_path / "up"
+    late = (
+        f'\n[[mcp.servers]]\nname = "late"\n'
+        f"command = [\"sh\", \"-c\", \"test -f '{up}' && exec '{PYTHON}' '{FIXTURE_SERVER}'\"]\n"
+    )
+    workspace = make_workspace(tmp_path / "ws", config=OPEN_POLICY + late)
+    told, on_message = _list_changed_listener()
+
+    async def main() -> None:
+        async with stdio_client(workspace, mode="legacy", message_handler=on_message) as client:
+            before = {tool.name for tool in (await client.list_tools()).tools}
+            up.touch()
+            await told.wait()  # the whole session is bounded by the harness
+            after = {tool.name for tool in (await client.list_tools()).tools}
+            echoed = await client.call_tool("late.echo", {"message": "up now"})
+        assert "late.echo" not in before
+        assert "late.echo" in after
+        assert echoed.is_error is False
+
+    anyio.run(main)

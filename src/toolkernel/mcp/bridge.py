@@ -159,6 +159,11 @@ STDERR_FLUSH_S: Final = 2.0
 PIN_POLL_S: Final = 1.0
 """How often a bridge that holds tools back looks whether the pin file changed (a
 ``stat``): an approval made by another process takes effect within this time."""
+RECONNECT_FIRST_S: Final = 1.0
+RECONNECT_MAX_S: Final = 60.0
+"""A server that could not be started when the bridge connected is tried again after
+``RECONNECT_FIRST_S``, then after twice the wait each time, up to ``RECONNECT_MAX_S``,
+until it is up: its tools are bridged then, as if it had been up from the start."""
 
 _log = logging.getLogger(__name__)
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
@@ -246,6 +251,15 @@ class ServerReport:
 PING_TIMEOUT_S: Final = 2.0
 """After a call timed out or was cancelled, how long its server has to answer a
 request before it counts as stuck and is restarted."""
+
+
+def reconnect_waits() -> Iterator[float]:
+    """The waits before each new try to start a server that was down: from
+    ``RECONNECT_FIRST_S``, doubling, up to ``RECONNECT_MAX_S``."""
+    wait = RECONNECT_FIRST_S
+    while True:
+        yield wait
+        wait = min(wait * 2, RECONNECT_MAX_S)
 
 
 def namespaced(server: str, remote_name: str) -> str:
@@ -863,6 +877,7 @@ class _ServerState:
     # A refresh asked for by list_changed that has not begun listing yet: it will see
     # whatever changed meanwhile too, so later notifications add no refresh of their own.
     refresh_waiting: object | None = None  # a token of the waiting refresh
+    reconnecting: bool = False  # down when connected: tried again until it is up
 
 
 class McpBridge:
@@ -983,7 +998,9 @@ class McpBridge:
         The servers are started and listed concurrently; their tools are admitted
         afterwards, in the configured order, as are the reports. Admission events go
         to ``run`` (or to the ``mcp-admission`` run). A server that cannot start is
-        reported and skipped; the others go on.
+        reported and skipped; the others go on. It is tried again in the background,
+        less and less often (``reconnect_waits``), and its tools are bridged once it
+        is up.
         """
         if run is not None:
             self.run_id = run if isinstance(run, str) else run.id
@@ -1000,7 +1017,39 @@ class McpBridge:
             async with anyio.create_task_group() as group:
                 for name in self.servers:
                     group.start_soon(list_one, name)
-            return [self._admitted(name, listings[name]) for name in self.servers]
+            reports = [self._admitted(name, listings[name]) for name in self.servers]
+        assert self._group is not None
+        for report in reports:
+            if not report.connected:
+                self._group.start_soon(self._reconnect, report.server)
+        return reports
+
+    async def _reconnect(self, server: str) -> None:
+        """Until ``server`` is up or the bridge closes: list its tools again after each
+        of ``reconnect_waits``."""
+        state = self._states[server]
+        if state.reconnecting:
+            return
+        state.reconnecting = True
+        try:
+            for wait in reconnect_waits():
+                await anyio.sleep(wait)
+                try:
+                    report = await self.refresh(server)
+                except Exception:  # noqa: BLE001 - a background retry must not end the bridge
+                    _log.exception("starting MCP server %s again failed", server)
+                    continue
+                if report.connected:
+                    _log.info(
+                        "MCP server %s is up: %d tools accepted, %d rejected, %d held",
+                        server,
+                        len(report.accepted),
+                        len(report.rejected),
+                        len(report.held),
+                    )
+                    return
+        finally:
+            state.reconnecting = False
 
     async def refresh(self, server: str) -> ServerReport:
         """List ``server``'s tools again and admit, hold or withdraw each."""
