@@ -211,8 +211,18 @@ def _contract_violation(outcome: Outcome, fin: Finishing, why: str, *, shown: st
     )
 
 
+MAX_MESSAGE_CHARS: Final = 2_000
+"""The longest safe message shown whole. A longer one (a tool that puts a build log in
+its ``ToolFailed``) is kept whole as an artifact, and the model sees its start and end."""
+_MESSAGE_HEAD: Final = 1_400
+_MESSAGE_TAIL: Final = 400
+
+
 def artifactize(outcome: Outcome, fin: Finishing) -> Outcome:
-    """Keep the full output as an artifact when it exceeds the projection budget."""
+    """Keep the full output, and a message too long to show, as artifacts when they
+    exceed the projection budget."""
+    if len(outcome.message) > MAX_MESSAGE_CHARS:
+        _cut_message(outcome, fin)
     budget = fin.tool.definition.output_contract.max_bytes
     encoded = fin.encoded if fin.encoded is not None else canonical_json(outcome.output)
     if len(encoded) <= budget:
@@ -233,6 +243,30 @@ def artifactize(outcome: Outcome, fin: Finishing) -> Outcome:
             ErrorCode.OUTPUT_TRUNCATED, summary=outcome.message, artifact=ref.id
         )
     return outcome
+
+
+def _cut_message(outcome: Outcome, fin: Finishing) -> None:
+    """Show the start and end of ``outcome.message``, the whole of it in an artifact.
+    Cut with ``clip``: a secret the cuts go through is masked, not left in part."""
+    message = outcome.message
+    ref = fin.artifacts.put(
+        message.encode("utf-8", "surrogatepass"),
+        media_type="text/plain; charset=utf-8",
+        description=f"Full message of {fin.tool.name}",
+        producer=fin.tool_call_id,
+    )
+    masked = new_counts()
+    clip = fin.redactor.clip
+    head = clip(message, 0, _MESSAGE_HEAD, masked)
+    tail = clip(message, len(message) - _MESSAGE_TAIL, len(message), masked)
+    left_out = len(message) - _MESSAGE_HEAD - _MESSAGE_TAIL
+    outcome.message = (
+        f"{head}\n… [{left_out} characters left out; the whole message is in artifact "
+        f"{ref.id} (read it with artifact.read)] …\n{tail}"
+    )
+    outcome.artifacts = (*outcome.artifacts, ref)
+    if masked:
+        fin.redactions.extend(redaction_notices(masked, "safeMessage"))
 
 
 def redact(outcome: Outcome, fin: Finishing) -> Outcome:

@@ -278,3 +278,39 @@ async def test_a_well_formed_tool_output_keeps_its_summary_and_artifacts(kernel)
     assert results[1].status is Status.SUCCEEDED
     assert results[1].safe_message == "Done."
     assert results[1].artifacts == (ref,)
+
+
+@pytest.mark.parametrize(
+    ("make", "status"),
+    [
+        (lambda text: ToolFailed(text), Status.FAILED),
+        (lambda text: ToolPartial(text, output="ok"), Status.PARTIAL),
+    ],
+)
+async def test_a_huge_message_is_cut_for_the_model_and_kept_whole_as_an_artifact(
+    kernel: Kernel, make: Callable[[str], BaseException], status: Status
+):
+    log = "".join(f"line {n}: compiling module {n}\n" for n in range(60_000))
+    message = f"the build failed\n{log}error: missing symbol `{TOKEN}`\nthe end"
+    raising(kernel, lambda: make(message))
+    result = await kernel.call(kernel.start_run(), "t.raise", {})
+    shown = result.safe_message
+    [ref] = result.artifacts
+    kept = kernel.artifacts.read(ref.id).decode()
+    assert result.status is status
+    assert len(shown) <= 2_500
+    assert shown.startswith("the build failed\nline 0: compiling module 0\n")
+    assert shown.endswith(
+        "error: missing symbol `[REDACTED]`\nthe end [Redacted from this result: 1 github-token.]"
+    )
+    assert f"left out; the whole message is in artifact {ref.id}" in shown
+    assert ref.description == "Full message of t.raise"
+    assert kept == message  # the operator's copy; artifact.read masks what it shows
+
+
+async def test_a_message_of_ordinary_length_is_shown_whole(kernel: Kernel):
+    message = "x" * 2_000
+    raising(kernel, lambda: ToolFailed(message))
+    result = await kernel.call(kernel.start_run(), "t.raise", {})
+    assert result.safe_message == message
+    assert result.artifacts == ()
