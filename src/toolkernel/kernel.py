@@ -452,8 +452,12 @@ class Kernel:
         """
         existed = self.registry.find(name) is not None
         self.registry.unregister(name, version)
-        if reason and existed and self.registry.find(name) is None:
-            self._withdrawn[name] = reason
+        if existed and self.registry.find(name) is None:
+            if reason:
+                self._withdrawn[name] = reason
+            spelled = provider_name(name)
+            if self._provider_names.get(spelled) == name:  # free for another tool now
+                del self._provider_names[spelled]
         self._tools_changed()
 
     def withhold(self, name: str, reason: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import assume, given
@@ -11,16 +12,17 @@ from hypothesis import strategies as st
 from toolkernel.definition import ToolDefinition
 from toolkernel.errors import DefinitionError
 from toolkernel.providers import NameMap, ProviderNameError, provider_name
+from toolkernel.testing import make_kernel
 
 SAFE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 TOOLKERNEL_NAMES = st.from_regex(r"\A[A-Za-z][A-Za-z0-9_-]{0,40}(\.[A-Za-z0-9_-]{1,40}){1,3}\Z")
 
 
-def definition(name: str) -> ToolDefinition:
+def definition(name: str, version: str = "1.0") -> ToolDefinition:
     return ToolDefinition.from_dict(
         {
             "name": name,
-            "version": "1.0",
+            "version": version,
             "description": "A tool.",
             "inputSchema": {"type": "object", "additionalProperties": False},
             "executionMode": "NATIVE",
@@ -68,6 +70,19 @@ def test_two_tools_sharing_a_provider_name_are_refused_naming_both() -> None:
     assert {error.tool, error.other} == {"a.b__c", "a__b.c"}
     assert "a.b__c" in str(error)
     assert "a__b.c" in str(error)
+
+
+def test_a_withdrawn_tool_leaves_its_provider_name_to_the_next(tmp_path: Path) -> None:
+    kernel = make_kernel(tmp_path / "ws", workspace_tools=False)
+    kernel.register(definition("a.b__c"), lambda: "one")
+    kernel.register(definition("a.b__c", "2.0"), lambda: "one")
+    kernel.unregister("a.b__c", "1.0")
+    with pytest.raises(DefinitionError, match=r"collides with 'a\.b__c'"):
+        kernel.register(definition("a__b.c"), lambda: "two")  # version 2.0 still holds it
+    kernel.unregister("a.b__c")
+    registered = kernel.register(definition("a__b.c"), lambda: "two")
+    assert registered.name == "a__b.c"
+    assert kernel.explain(kernel.start_run(), "a__b__c", {})["tool"] == "a__b.c"
 
 
 def test_several_versions_of_one_tool_share_its_name() -> None:
