@@ -48,7 +48,7 @@ from toolkernel.ledger import (
     VerifyReport,
 )
 from toolkernel.replay import paired
-from toolkernel.run import Run
+from toolkernel.run import Run, check_run_id
 from toolkernel.state import check_placement
 from toolkernel.terminal import json_text, printable
 
@@ -409,8 +409,10 @@ def _config(args: argparse.Namespace) -> Config:
 def _run_fields(args: argparse.Namespace, config: Config) -> dict[str, Any]:
     """The run context given on the command line; the configuration fills in the rest."""
     fields: dict[str, Any] = {}
-    if getattr(args, "run_id", None):
-        fields["run_id"] = args.run_id
+    run_id = getattr(args, "run_id", None)
+    if run_id is not None:  # checked before the ledger is opened: "" is no run either
+        check_run_id(run_id)
+        fields["run_id"] = run_id
     if args.state:
         fields["run_state"] = args.state
     if args.profile is not None:

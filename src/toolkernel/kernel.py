@@ -29,7 +29,6 @@ import importlib.util
 import logging
 import math
 import os
-import re
 import threading
 import time
 from collections import Counter
@@ -94,7 +93,7 @@ from toolkernel.providers.names import provider_name
 from toolkernel.redaction import Redactor
 from toolkernel.registry import RegisteredTool, Registry
 from toolkernel.replay import RecordedResults
-from toolkernel.run import Run, ToolCall
+from toolkernel.run import Run, ToolCall, check_run_id
 from toolkernel.state import check_placement, state_globs
 from toolkernel.terminal import printable
 from toolkernel.tracing import record_tool_span
@@ -501,11 +500,8 @@ class Kernel:
             UsageError: the run id is not 1-128 letters, digits and ``._:@-``.
         """
         run_id = context.run_id if context is not None else fields.get("run_id")
-        if run_id is not None and not _RUN_ID.fullmatch(run_id):
-            raise UsageError(
-                "a run id is 1-128 characters: letters, digits and . _ : @ - "
-                "(starting with a letter or digit)"
-            )
+        if run_id is not None:
+            check_run_id(run_id)
         if context is None:
             defaults = {
                 "run_id": new_id("run"),
@@ -1668,8 +1664,6 @@ class _Running:
 
 
 _RUNNING: Final[ContextVar[_Running | None]] = ContextVar("toolkernel_running", default=None)
-_RUN_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
-
 _MAX_TOOL_NAME: Final = 128  # the longest name a definition may have (definition.py)
 _TEXT_FIELDS: Final = (
     "tool_name",

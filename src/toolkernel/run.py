@@ -7,11 +7,12 @@ the model, and the lock that keeps non-read-only calls one at a time.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import anyio.lowlevel
@@ -19,9 +20,26 @@ import anyio.lowlevel
 from toolkernel.cancel import CancellationToken
 from toolkernel.codes import ErrorCode
 from toolkernel.context import RunContext
+from toolkernel.errors import UsageError
 from toolkernel.policy import UsageMeter
 
-__all__ = ["Run", "ToolCall"]
+__all__ = ["Run", "ToolCall", "check_run_id"]
+
+_RUN_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
+
+
+def check_run_id(run_id: str) -> None:
+    """Refuse a run id that is not 1-128 letters, digits and ``._:@-`` (starting with a
+    letter or digit): the empty one included, which is no run to continue.
+
+    Raises:
+        UsageError: it is not.
+    """
+    if not _RUN_ID.fullmatch(run_id):
+        raise UsageError(
+            "a run id is 1-128 characters: letters, digits and . _ : @ - "
+            "(starting with a letter or digit)"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -114,6 +114,16 @@ def test_run_id_continues_one_chain_and_replay_rebuilds_it(capsys, workspace):
     assert "intact" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("run_id", ["", " ", "-x"])
+def test_a_run_id_that_is_no_run_id_is_a_usage_error_not_a_new_run(capsys, workspace, run_id):
+    argv = ["call", "memory.read", "--args", "{}", "--workspace", str(workspace)]
+    assert main([*argv, f"--run={run_id}"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("UsageError: a run id is 1-128 characters")
+    assert not (workspace / ".toolkernel" / "ledger.db").exists()
+
+
 def _ledger(workspace: Path) -> sqlite3.Connection:
     return sqlite3.connect(workspace / ".toolkernel" / "ledger.db", isolation_level=None)
 
