@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import difflib
 import hashlib
 from pathlib import Path
@@ -402,3 +403,88 @@ def test_a_commit_message_with_header_words_is_prose(prose):
 def test_the_no_newline_marker_is_honoured():
     diff = "@@ -1,2 +1,2 @@\n a\n-b\n+c\n\\ No newline at end of file\n"
     assert apply_unified_diff("a\nb\n", diff)[0] == "a\nc"
+
+
+async def _read_then_patch(kernel, ws, data: bytes, read_as: str, **change):
+    (ws / "legacy.txt").write_bytes(data)
+    run = kernel.start_run()
+    read = await kernel.call(run, "file.read", {"path": "legacy.txt", "encoding": read_as})
+    assert read.status is Status.SUCCEEDED, read.safe_message
+    return read, await patch(
+        kernel, run, path="legacy.txt", baseHash=read.structured_output["sha256"], **change
+    )
+
+
+@pytest.mark.parametrize(
+    ("encoding", "data", "expected"),
+    [
+        ("latin-1", "café = 1\nx = 2\n".encode("latin-1"), "café = 10\nx = 2\n".encode("latin-1")),
+        ("cp1252", "price = 5 €\n".encode("cp1252"), "price = 10 €\n".encode("cp1252")),
+        (
+            "utf-16",
+            codecs.BOM_UTF16_BE + "café = 1\n".encode("utf-16-be"),
+            codecs.BOM_UTF16_BE + "café = 10\n".encode("utf-16-be"),
+        ),
+        ("utf-16", "café = 1\n".encode("utf-16-le"), "café = 10\n".encode("utf-16-le")),
+    ],
+)
+async def test_a_file_in_another_encoding_is_patched_in_its_own_encoding(
+    kernel, ws, encoding, data, expected
+):
+    search = "5 €" if encoding == "cp1252" else "café = 1"
+    replace = "10 €" if encoding == "cp1252" else "café = 10"
+    read, result = await _read_then_patch(
+        kernel,
+        ws,
+        data,
+        encoding,
+        encoding=encoding,
+        edits=[{"search": search, "replace": replace}],
+    )
+    assert search in read.structured_output["content"]
+    assert result.status is Status.SUCCEEDED, result.safe_message
+    assert (ws / "legacy.txt").read_bytes() == expected
+
+
+async def test_a_file_that_is_not_utf8_gets_no_utf8_text_added(kernel, ws):
+    data = "café = 1\nx = 2\n".encode("latin-1")
+    _, result = await _read_then_patch(
+        kernel, ws, data, "latin-1", edits=[{"search": "x = 2", "replace": "x = 'naïve'"}]
+    )
+    assert result.error_code is ErrorCode.PRECONDITION_FAILED
+    assert "'legacy.txt' is not UTF-8 text" in result.safe_message
+    assert "pass the encoding file.read used" in result.safe_message
+    assert (ws / "legacy.txt").read_bytes() == data
+
+
+async def test_an_ascii_change_to_a_file_that_is_not_utf8_keeps_its_other_bytes(kernel, ws):
+    data = "café = 1\nx = 2\n".encode("latin-1")
+    _, result = await _read_then_patch(
+        kernel, ws, data, "latin-1", edits=[{"search": "x = 2", "replace": "x = 3"}]
+    )
+    assert result.status is Status.SUCCEEDED, result.safe_message
+    assert (ws / "legacy.txt").read_bytes() == "café = 1\nx = 3\n".encode("latin-1")
+
+
+@pytest.mark.parametrize(
+    ("encoding", "data", "why"),
+    [
+        ("latin-1", b"price = 5\n", "latin-1 cannot encode '€'"),
+        ("ascii", b"price = 5\n", "ascii cannot encode '€'"),
+        ("cp1252", b"price = \x81 5\n", "'legacy.txt' is not cp1252 text (byte 0x81 at offset 8)"),
+    ],
+)
+async def test_text_the_encoding_cannot_hold_is_refused_and_nothing_is_written(
+    kernel, ws, encoding, data, why
+):
+    _, result = await _read_then_patch(
+        kernel,
+        ws,
+        data,
+        "latin-1",
+        encoding=encoding,
+        edits=[{"search": "5", "replace": "5 €"}],
+    )
+    assert result.error_code is ErrorCode.PRECONDITION_FAILED
+    assert why in result.safe_message
+    assert (ws / "legacy.txt").read_bytes() == data

@@ -296,10 +296,10 @@ async def test_a_patch_stuck_in_its_work_times_out_and_leaves_the_loop_free(
     entered, release = threading.Event(), threading.Event()
     real_read = patch_module._read_current
 
-    def stuck_read(*args: Any) -> Any:
+    def stuck_read(*args: Any, **kwargs: Any) -> Any:
         entered.set()
         release.wait(5)
-        return real_read(*args)
+        return real_read(*args, **kwargs)
 
     monkeypatch.setattr(patch_module, "_read_current", stuck_read)
     original = b"a\n"

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from itertools import chain
-from typing import Annotated, Any, BinaryIO, Final, Literal
+from typing import Annotated, Any, BinaryIO, Final
 
 from annotated_types import Ge, Le
 
@@ -49,6 +49,7 @@ from toolkernel.tools.patch import MAX_PATCHED_BYTES
 from toolkernel.tools.workspace_io import (
     HASH_PREFIX,
     Checkpoint,
+    Encoding,
     Target,
     in_worker,
     locate,
@@ -60,8 +61,6 @@ from toolkernel.validation import Violation
 _log = logging.getLogger(__name__)
 
 __all__ = ["check_file_read", "file_read"]
-
-Encoding = Literal["utf-8", "utf-16", "latin-1", "cp1252", "ascii"]
 
 _NAME: Final = "file.read"
 _SNIFF_BYTES: Final = 8192

@@ -17,6 +17,7 @@ leaves the file as it was. Write scope and the idempotency key are the kernel's
 
 from __future__ import annotations
 
+import codecs
 import difflib
 import hashlib
 import os
@@ -39,6 +40,7 @@ from toolkernel.pathguard import GuardedPath, PathGuard
 from toolkernel.tools.diffs import PatchError, apply_edits, apply_unified_diff, parse_unified_diff
 from toolkernel.tools.workspace_io import (
     Checkpoint,
+    Encoding,
     Target,
     atomic_write,
     file_hash,
@@ -56,6 +58,7 @@ MAX_PATCHED_BYTES: Final = 8 * 1024 * 1024
 
 _HASH: Final = re.compile(r"sha256:[0-9a-f]{64}")
 _NAME: Final = "file.patch"
+_UTF16_MARKS: Final = ((codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
 
 
 class Edit(TypedDict):
@@ -80,6 +83,7 @@ async def file_patch(
     baseHash: Annotated[str, MaxLen(71)] | None = None,
     diff: Annotated[str, MaxLen(200_000)] | None = None,
     edits: Annotated[list[Edit], MaxLen(50)] | None = None,
+    encoding: Encoding = "utf-8",
 ) -> ToolOutput:
     """Change a file by a unified diff or by exact search/replace edits.
 
@@ -90,6 +94,7 @@ async def file_patch(
         diff: a unified diff of this one file (hunks must match exactly).
         edits: search/replace pairs applied in order; each search text must occur
             exactly once. To create a file, use one edit with an empty search.
+        encoding: the file's encoding, as given to file.read; the change is written in it.
     """
     arguments = {"path": path, "baseHash": baseHash, "diff": diff, "edits": edits}
     guard = ctx.kernel.guard if ctx.kernel else None
@@ -101,7 +106,7 @@ async def file_patch(
             code=violation.code,
         )
     target = locate(ctx, path, tool=_NAME)
-    change = await in_worker(ctx, partial(_patch, target, baseHash, diff, edits))
+    change = await in_worker(ctx, partial(_patch, target, baseHash, diff, edits, encoding))
     created = change.current is None
     data: dict[str, Any] = {
         "path": target.relative,
@@ -166,11 +171,12 @@ def _patch(
     base_hash: str | None,
     diff: str | None,
     edits: list[Edit] | None,
+    encoding: str,
     checkpoint: Checkpoint,
 ) -> _Change:
     """Work out the change and write it (blocking). A call that is over before the new
     content is renamed into place leaves the file as it was."""
-    change = _plan(target, base_hash, diff, edits, checkpoint)
+    change = _plan(target, base_hash, diff, edits, encoding, checkpoint)
     if change.changed:
         _write(target, change.new, change.mode, expected=change.current, checkpoint=checkpoint)
     return change
@@ -181,13 +187,15 @@ def _plan(
     base_hash: str | None,
     diff: str | None,
     edits: list[Edit] | None,
+    encoding: str,
     checkpoint: Checkpoint,
 ) -> _Change:
     """Read the file, check ``base_hash`` and apply the change in memory (blocking)."""
-    current, mode = _read_current(target)
+    current, mode = _read_current(target, binary_ok=encoding == "utf-16")
     _check_precondition(target, current, base_hash)
     checkpoint()
-    old_text = (current or b"").decode("utf-8", errors="surrogateescape")
+    text = _Text.decode(target.relative, current or b"", encoding)
+    old_text = text.body
     try:
         if diff is not None:
             new_text, added, removed = apply_unified_diff(
@@ -199,14 +207,85 @@ def _plan(
     except PatchError as exc:
         detail = f"The change does not apply to '{target.relative}': {exc.reason}."
         raise _precondition(detail) from None
-    new_bytes = new_text.encode("utf-8", errors="surrogateescape")
+    new_bytes = text.encode(new_text)
     if len(new_bytes) > MAX_PATCHED_BYTES:
         raise ToolFailed(f"The patched '{target.relative}' would be too large to write.")
     return _Change(current, mode, new_bytes, "sha256:" + _sha(new_bytes), added, removed)
 
 
-def _read_current(target: Target) -> tuple[bytes | None, int]:
-    """The file's bytes (``None`` if it does not exist) and its permission bits."""
+@dataclass(frozen=True, slots=True)
+class _Text:
+    """A file's text as ``file.read`` decoded it for the model, and how to write it back.
+
+    UTF-8 is decoded with ``surrogateescape``: bytes that are not UTF-8 are kept as they
+    were, but a file that has any gets no other non-ASCII text added, which would leave
+    it in two encodings. UTF-16 is read as ``file.read`` reads it (little-endian without
+    a byte-order mark) and written back with the byte order and mark it had. Other
+    encodings decode strictly, and text they cannot hold is refused.
+    """
+
+    where: str
+    body: str
+    codec: str
+    bom: bytes
+    not_utf8: bool
+
+    @classmethod
+    def decode(cls, where: str, data: bytes, encoding: str) -> _Text:
+        codec, bom = encoding, b""
+        if encoding == "utf-16":
+            codec = "utf-16-le"
+            for mark, order in (
+                (codecs.BOM_UTF16_LE, "utf-16-le"),
+                (codecs.BOM_UTF16_BE, "utf-16-be"),
+            ):
+                if data.startswith(mark):
+                    codec, bom = order, mark
+                    break
+        if codec == "utf-8":
+            body = data.decode("utf-8", errors="surrogateescape")
+            return cls(where, body, codec, bom, not_utf8=_escaped(body) > 0)
+        try:
+            body = data[len(bom) :].decode(codec)
+        except UnicodeDecodeError as exc:
+            byte, offset = exc.object[exc.start], exc.start + len(bom)
+            raise _precondition(
+                f"'{where}' is not {encoding} text (byte {byte:#04x} at offset {offset})."
+            ) from None
+        return cls(where, body, codec, bom, not_utf8=False)
+
+    def encode(self, new_text: str) -> bytes:
+        if self.codec == "utf-8":
+            if self.not_utf8 and _non_ascii(new_text) > _non_ascii(self.body):
+                raise _precondition(
+                    f"'{self.where}' is not UTF-8 text, and the change adds text that is "
+                    "not ASCII; pass the encoding file.read used (for example "
+                    '"latin-1"), or keep the change ASCII.'
+                )
+            return new_text.encode("utf-8", errors="surrogateescape")
+        try:
+            return self.bom + new_text.encode(self.codec)
+        except UnicodeEncodeError as exc:
+            char = exc.object[exc.start]
+            name = "utf-16" if self.codec.startswith("utf-16") else self.codec
+            raise _precondition(
+                f"{name} cannot encode {char!r}, which the change adds to '{self.where}'."
+            ) from None
+
+
+def _escaped(text: str) -> int:
+    """Characters that stand for bytes ``surrogateescape`` could not decode."""
+    return sum(1 for char in text if "\udc80" <= char <= "\udcff")
+
+
+def _non_ascii(text: str) -> int:
+    """Characters outside ASCII that are text (not bytes kept by ``surrogateescape``)."""
+    return sum(1 for char in text if char > "\x7f") - _escaped(text)
+
+
+def _read_current(target: Target, *, binary_ok: bool) -> tuple[bytes | None, int]:
+    """The file's bytes (``None`` if it does not exist) and its permission bits. A NUL
+    byte marks a binary file, unless ``binary_ok`` (UTF-16 text is full of them)."""
     try:
         with open_dir(target) as dir_fd:
             fd = open_file(dir_fd, target.name)
@@ -222,7 +301,7 @@ def _read_current(target: Target) -> tuple[bytes | None, int]:
         if info.st_size > MAX_PATCHED_BYTES:
             raise ToolFailed(f"'{target.relative}' is too large for file.patch.")
         data = handle.read(MAX_PATCHED_BYTES + 1)
-    if b"\0" in data[:8192]:
+    if not binary_ok and b"\0" in data[:8192]:
         raise ToolFailed(f"'{target.relative}' is a binary file; file.patch changes text files.")
     return data, stat.S_IMODE(info.st_mode)
 

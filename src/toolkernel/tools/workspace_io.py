@@ -29,7 +29,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path, PurePosixPath
-from typing import Final, NoReturn, TypeVar
+from typing import Final, Literal, NoReturn, TypeVar
 
 import anyio.to_thread
 
@@ -42,6 +42,7 @@ from toolkernel.pathguard import PathViolation
 __all__ = [
     "HASH_PREFIX",
     "Checkpoint",
+    "Encoding",
     "Target",
     "atomic_write",
     "file_hash",
@@ -52,6 +53,8 @@ __all__ = [
 ]
 
 HASH_PREFIX: Final = "sha256:"
+Encoding = Literal["utf-8", "utf-16", "latin-1", "cp1252", "ascii"]
+"""The encodings ``file.read`` decodes and ``file.patch`` writes in."""
 _CHUNK: Final = 1024 * 1024
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
