@@ -94,10 +94,12 @@ class LedgerMissing(LedgerError):
 
 
 class SandboxUnavailable(ToolkernelError):
-    """The sandbox cannot start on this machine; ``reason`` says why."""
+    """The sandbox cannot start on this machine; ``reason`` says why (to the operator),
+    ``advice`` what the model may be told too (no host path; empty: nothing)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, *, advice: str = "") -> None:
         self.reason = reason
+        self.advice = advice
         super().__init__(f"sandbox unavailable: {reason}")
 
 

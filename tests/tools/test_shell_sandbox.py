@@ -421,6 +421,22 @@ async def test_without_bwrap_the_modes_are_refused_unless_unsandboxed_is_opted_i
     assert marked.structured_output["sandboxed"] is False
 
 
+async def test_too_many_forbidden_files_to_hide_one_by_one_tell_the_model_why(kernel, ws):
+    certs = ws / "certs"
+    certs.mkdir()
+    (certs / "README.md").write_text("test certificates\n")
+    for number in range(2_100):
+        (certs / f"c{number}.pem").touch()
+    result = await kernel.call(kernel.start_run(), "shell.run", {"argv": ["true"]})
+    assert result.status is Status.DENIED
+    assert result.error_code is ErrorCode.SANDBOX_UNAVAILABLE
+    assert result.safe_message.endswith(
+        "than the sandbox can hide one by one; tell the user to gather them in "
+        "directories of their own."
+    )
+    assert str(ws) not in result.safe_message
+
+
 async def test_an_unusable_bwrap_raises_sandbox_unavailable_unless_opted_in():
     from toolkernel.errors import SandboxUnavailable
 

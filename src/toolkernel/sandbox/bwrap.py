@@ -224,7 +224,12 @@ def bwrap_argv(
         raise SandboxUnavailable(
             f"the command would need {len(mounts)} mounts (paths to hide or protect in "
             f"the workspace), more than bubblewrap accepts ({_MAX_MOUNTS}); gather the "
-            "forbidden files in directories of their own, which are hidden whole"
+            "forbidden files in directories of their own, which are hidden whole",
+            advice=(
+                "The workspace holds more forbidden files (such as .env or *.pem) among "
+                "other files than the sandbox can hide one by one; tell the user to "
+                "gather them in directories of their own."
+            ),
         )
     flags = [*_NAMESPACE_FLAGS, "--share-net"] if spec.network else list(_NAMESPACE_FLAGS)
     if status_fd is not None:

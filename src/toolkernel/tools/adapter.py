@@ -496,8 +496,9 @@ class Sandbox:
             _log.error("%s was not run: %s", self.tool_name, exc.reason)
             with anyio.CancelScope(shield=True):  # nothing ran: nothing staged is kept
                 await anyio.to_thread.run_sync(shutil.rmtree, staging, True)  # ignore_errors
+            message = safe_message(ErrorCode.SANDBOX_UNAVAILABLE, tool=self.tool_name)
             raise ToolFailed(
-                safe_message(ErrorCode.SANDBOX_UNAVAILABLE, tool=self.tool_name),
+                f"{message} {exc.advice}" if exc.advice else message,
                 code=ErrorCode.SANDBOX_UNAVAILABLE,
             ) from None
         except anyio.get_cancelled_exc_class():
