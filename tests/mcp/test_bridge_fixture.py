@@ -106,10 +106,11 @@ async def test_a_timeout_sends_cancelled_to_the_server(workspace, tmp_path):
     assert after.status is Status.SUCCEEDED
 
 
-async def test_a_server_stuck_past_a_timeout_is_restarted_for_the_next_call(workspace):
+async def test_a_server_stuck_past_a_timeout_is_restarted_for_the_next_call(workspace, caplog):
     """A server whose whole event loop blocks answers neither the cancel nor a request:
     it is stopped, and the next call gets a fresh one instead of timing out again. A
-    server that answers after a timeout (fx.slow above) is kept."""
+    server that answers after a timeout (fx.slow above) is kept. The timed-out call
+    returns at its timeout; the next call waits for the verdict on the server."""
     kernel = open_kernel(workspace)
     run = kernel.start_run()
     server = fixture_server("fx", "--stuck", timeout_ms=3000)
@@ -117,9 +118,16 @@ async def test_a_server_stuck_past_a_timeout_is_restarted_for_the_next_call(work
         async with McpBridge(kernel, [server]) as bridge:
             await bridge.connect_all(run)
             stuck = await kernel.call(run, "fx.stuck", {})
+            judged_before_it_returned = _notes(caplog, "is not answering")
             after = [await kernel.call(run, "fx.echo", {"message": "hi"}) for _ in range(2)]
     assert stuck.status is Status.TIMED_OUT
+    assert judged_before_it_returned == []
+    assert _notes(caplog, "is not answering") == ["MCP server fx is not answering; it is restarted"]
     assert [r.status for r in after] == [Status.SUCCEEDED, Status.SUCCEEDED]
+
+
+def _notes(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if text in r.getMessage()]
 
 
 async def test_cancelling_the_call_sends_cancelled_to_the_server(workspace, tmp_path):

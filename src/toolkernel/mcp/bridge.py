@@ -518,19 +518,23 @@ class ServerConnection:
         # Every start whose processes may still run: the live one, and older ones
         # that are still being stopped.
         self._trees: set[ServerTree] = set()
+        self._judging: anyio.Event | None = None  # set when check_stuck has decided
 
     async def client(self) -> Client:
-        """The live client, starting the server first when needed.
+        """The live client, starting the server first when needed; while a call that
+        timed out has the server checked (``check_stuck``), after the verdict.
 
         Raises:
             ServerUnavailable: the server could not be started or initialized.
         """
         client = self._client
-        if client is not None:
+        if client is not None and self._judging is None:
             # The common case, without the lock's checkpoint (a trip through the event
             # loop on every call). One loop runs the bridge, so nothing can change
             # ``_client`` between this check and the return.
             return client
+        if self._judging is not None:
+            await self._judging.wait()
         async with self._lock:
             if self._client is None:
                 self.close()
@@ -561,6 +565,24 @@ class ServerConnection:
             fault = self._start.fault if self._start is not None else None
             why = fault or _listing_failure(self.config, exc)
             raise ServerUnavailable(f"{self.label} did not list its tools: {why}") from exc
+
+    def check_stuck(self, client: Client) -> None:
+        """Have ``client``'s server stopped, in the background, if it does not answer a
+        request within ``PING_TIMEOUT_S`` (a call of it timed out or was cancelled).
+        The call returns meanwhile; the next one waits for the verdict, so that it
+        goes to a fresh server rather than wait out its timeout on a stuck one."""
+        if self._judging is not None:
+            return
+        judged = self._judging = anyio.Event()
+
+        async def judge() -> None:
+            try:
+                await _drop_if_stuck(client, self)
+            finally:
+                self._judging = None
+                judged.set()
+
+        self._group.start_soon(judge)
 
     def discard(self, client: Client) -> bool:
         """Forget a client whose connection failed; the next call starts a new one.
@@ -1407,9 +1429,9 @@ class McpBridge:
             # answer another request either is stuck: it is stopped, and the next call
             # starts it afresh instead of waiting out its timeout again. Not when the
             # runtime stops: no call comes next, and the server is stopped anyway.
+            # The verdict is reached in the background: this call returns now.
             if not (self._closing or token.reason is ErrorCode.RUNTIME_STOPPED):
-                with anyio.CancelScope(shield=True):
-                    await _drop_if_stuck(client, connection)
+                connection.check_stuck(client)
             raise
 
 
