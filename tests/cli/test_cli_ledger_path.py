@@ -75,6 +75,29 @@ def test_what_is_not_a_ledger_file_is_a_ledger_error(
     assert done.stderr.count("\n") == 1  # no traceback
 
 
+@pytest.mark.parametrize("what", ["fifo", "dangling link"])
+def test_a_call_whose_ledger_path_holds_no_file_says_what_is_there(
+    workspace: Path, what: str
+) -> None:
+    path = workspace / ".toolkernel" / "ledger.db"
+    path.parent.mkdir()
+    why = NOT_A_LEDGER[what](path)
+    argv = ["call", "memory.read", "--args", "{}", "--workspace", str(workspace)]
+
+    done = subprocess.run(
+        [sys.executable, "-m", "toolkernel", *argv],
+        capture_output=True,
+        text=True,
+        timeout=_READER_TIMEOUT_S,
+        check=False,
+    )
+
+    assert done.returncode == EXIT_USAGE
+    assert done.stdout == ""
+    assert done.stderr.startswith(f"LedgerError: the ledger at {path} {why}")
+    assert done.stderr.count("\n") == 1  # no traceback
+
+
 def test_a_link_to_a_ledger_is_read_through(
     capsys: pytest.CaptureFixture[str], workspace: Path, tmp_path: Path
 ) -> None:

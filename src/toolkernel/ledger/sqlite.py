@@ -485,8 +485,14 @@ def _open(path: Path, synchronous: str) -> sqlite3.Connection:
     _make_parents(path.parent)
     if path.is_symlink() and not path.exists():
         raise _dangling(path)
-    # Create the file ourselves so it gets 0o600; SQLite would use 0o644.
-    os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+    # Create the file ourselves so it gets 0o600; SQLite would use 0o644. What is there
+    # already must be a file: SQLite reports a FIFO as a bare "disk I/O error".
+    fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_NONBLOCK, 0o600)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise LedgerError(f"the ledger at {path} is not a regular file")
+    finally:
+        os.close(fd)
     # Autocommit mode: transactions are begun and ended explicitly below, so that
     # appends can take the write lock up front with BEGIN IMMEDIATE.
     conn = sqlite3.connect(
