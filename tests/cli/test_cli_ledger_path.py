@@ -48,14 +48,18 @@ NOT_A_LEDGER: dict[str, Callable[[Path], str]] = {
 }
 
 
-def reader(workspace: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def toolkernel(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "toolkernel", "ledger", *args, "--workspace", str(workspace)],
+        [sys.executable, "-m", "toolkernel", *argv],
         capture_output=True,
         text=True,
         timeout=_READER_TIMEOUT_S,
         check=False,
     )
+
+
+def reader(workspace: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return toolkernel("ledger", *args, "--workspace", str(workspace))
 
 
 @pytest.mark.parametrize("what", sorted(NOT_A_LEDGER))
@@ -82,15 +86,8 @@ def test_a_call_whose_ledger_path_holds_no_file_says_what_is_there(
     path = workspace / ".toolkernel" / "ledger.db"
     path.parent.mkdir()
     why = NOT_A_LEDGER[what](path)
-    argv = ["call", "memory.read", "--args", "{}", "--workspace", str(workspace)]
 
-    done = subprocess.run(
-        [sys.executable, "-m", "toolkernel", *argv],
-        capture_output=True,
-        text=True,
-        timeout=_READER_TIMEOUT_S,
-        check=False,
-    )
+    done = toolkernel("call", "memory.read", "--args", "{}", "--workspace", str(workspace))
 
     assert done.returncode == EXIT_USAGE
     assert done.stdout == ""

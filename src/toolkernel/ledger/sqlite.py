@@ -490,7 +490,7 @@ def _open(path: Path, synchronous: str) -> sqlite3.Connection:
     fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_NONBLOCK, 0o600)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise LedgerError(f"the ledger at {path} is not a regular file")
+            raise _not_regular(path)
     finally:
         os.close(fd)
     # Autocommit mode: transactions are begun and ended explicitly below, so that
@@ -532,6 +532,10 @@ def _dangling(path: Path) -> LedgerError:
     )
 
 
+def _not_regular(path: Path) -> LedgerError:
+    return LedgerError(f"the ledger at {path} is not a regular file")
+
+
 def _check_file(path: Path) -> None:
     """Refuse what SQLite would misread before it opens it: opening a FIFO waits for a
     writer, and an empty file (or none) reads as an empty database."""
@@ -544,7 +548,7 @@ def _check_file(path: Path) -> None:
     except OSError as exc:
         raise LedgerError(f"cannot read the ledger at {path}: {exc.strerror}") from exc
     if not stat.S_ISREG(status.st_mode):
-        raise LedgerError(f"the ledger at {path} is not a regular file")
+        raise _not_regular(path)
     if status.st_size == 0 and not path.with_name(f"{path.name}-wal").exists():
         raise LedgerError(
             f"the ledger at {path} is an empty file: it was emptied, or never written"

@@ -235,10 +235,7 @@ class _Text:
         codec, bom = encoding, b""
         if encoding == "utf-16":
             codec = "utf-16-le"
-            for mark, order in (
-                (codecs.BOM_UTF16_LE, "utf-16-le"),
-                (codecs.BOM_UTF16_BE, "utf-16-be"),
-            ):
+            for mark, order in _UTF16_MARKS:
                 if data.startswith(mark):
                     codec, bom = order, mark
                     break
