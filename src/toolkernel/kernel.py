@@ -6,9 +6,9 @@
     → registry lookup          unknown / not exposed        → DENIED
     → argument parsing + size  malformed / too large        → INVALID_ARGUMENTS
     → validation               schema, then path guard      → INVALID_ARGUMENTS
-    → idempotency              repeated key                 → the recorded result
     → authorization            scope, profile, state, paths, network, budget, rate
                                                             → DENIED
+    → idempotency              repeated key                 → the recorded result
     → approval (if asked)      APPROVAL_REQUESTED → GRANTED / DENIED
     → TOOL_CALL_STARTED
     → dispatch                 adapter by execution mode, timeout, token, retry
@@ -863,7 +863,7 @@ class Kernel:
         approver: Approver | None = None,
         exclusive: bool = False,
     ) -> _Admission:
-        """REQUEST → lookup → parse → validate → idempotency → authorize → approval → STARTED."""
+        """REQUEST → lookup → parse → validate → authorize → idempotency → approval → STARTED."""
         received_ns = time.time_ns()
         request, rejected = self._request(run, call)
         # In the journal at once: whatever fails later (a claim, a store), the call's
@@ -880,6 +880,12 @@ class Kernel:
             return self._refuse(journal, request, events, assessed)
         tool, checked = assessed
 
+        # Authorized before a key is looked up: a recorded result is served only to a
+        # call the policy allows now (it may deny what it allowed when it was recorded).
+        decision = self._authorize(run, tool, request, checked)
+        if not decision.allowed:
+            return self._refuse(journal, request, events, _denied(call_id, decision))
+
         inflight: _Inflight | None = None
         if call.idempotency_key:
             known = self._idempotent(journal, request, events)
@@ -887,8 +893,7 @@ class Kernel:
                 return known
             inflight = known
 
-        decision = self._authorize(run, tool, request, checked)
-        if decision.allowed and decision.requires_approval:
+        if decision.requires_approval:
             decision = await self._approve(
                 run,
                 request,
@@ -909,9 +914,7 @@ class Kernel:
             result = ToolCallResult.from_code(call_id, cancelled, tool=name)
             return self._refuse(journal, request, events, result, inflight)
         if not decision.allowed:
-            code = decision.reason_code or ErrorCode.POLICY_ERROR
-            result = ToolCallResult.from_code(call_id, code, message=decision.safe_message)
-            return self._refuse(journal, request, events, result, inflight)
+            return self._refuse(journal, request, events, _denied(call_id, decision), inflight)
 
         if inflight is not None:  # other processes sharing the ledger: one runs the key
             claimed = self._claim(journal, request, events, inflight)
@@ -1780,6 +1783,11 @@ async def _await_original(run: Run, dup: _Duplicate) -> ErrorCode | None:
         run.calls.pop(call_id, None)
         run.token.release(token)
     return token.reason if scope.cancelled_caught else None
+
+
+def _denied(call_id: str, decision: Decision) -> ToolCallResult:
+    code = decision.reason_code or ErrorCode.POLICY_ERROR
+    return ToolCallResult.from_code(call_id, code, message=decision.safe_message)
 
 
 def _is_exclusive(registry: Registry, run: Run, call: ToolCall) -> bool:

@@ -346,6 +346,31 @@ async def test_idempotency_key_survives_a_new_kernel_on_the_same_ledger(
 
 
 @pytest.mark.parametrize(
+    "now",
+    [
+        '[[policy.rules]]\ntools = ["file.write"]\naction = "deny"\nreason = "frozen"',
+        '[policy]\npath_deny = ["src/**"]',
+        "[budget]\nmax_calls = 0",
+    ],
+    ids=["deny rule", "path deny", "budget spent"],
+)
+async def test_a_recorded_result_is_served_only_to_a_call_the_policy_allows_now(
+    kernel_factory, calls, now
+):
+    # A key is no pass: the policy changed since the result was recorded, and what it
+    # denies now (the content, the action) is not handed out under the old key.
+    args = {"path": "src/a.py", "text": "x"}
+    before = kernel_factory(WRITER)
+    await before.call(before.start_run(), "file.write", args, idempotency_key="k9")
+    before.close()
+    after = kernel_factory(WRITER + now)
+    result = await after.call(after.start_run(), "file.write", args, idempotency_key="k9")
+    assert result.status is Status.DENIED
+    assert result.structured_output is None
+    assert calls.count == {"file.write": 1}
+
+
+@pytest.mark.parametrize(
     "tamper",
     [
         # the index entry points at the call's REQUEST
