@@ -33,12 +33,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from types import MappingProxyType, TracebackType
+from types import MappingProxyType, ModuleType, TracebackType
 from typing import Any, Final, Self
 
 import anyio
@@ -405,6 +405,10 @@ class Kernel:
             from toolkernel.tools import install
 
             install(self)
+        # The tool code the configuration loads from the workspace (``tools.modules``
+        # and ``tools.definitions``): it runs, or says what may run, on the host at the
+        # next start, so no tool writes it and commands see it read-only.
+        self.host_code: frozenset[Path] = frozenset()
         self._load_configured_tools()
 
     @classmethod
@@ -1157,7 +1161,11 @@ class Kernel:
                 # read (nor a directory of that name, which would stop it): never
                 # written by a tool, under its own name or through a link to it.
                 names = (*path.relative.split("/"), *path.target.split("/"))
-                if path.absolute in self.policy_files or CONFIG_FILENAME in names:
+                if (
+                    path.absolute in self.policy_files
+                    or CONFIG_FILENAME in names
+                    or any(path.absolute.is_relative_to(code) for code in self.host_code)
+                ):
                     return Decision(
                         False,
                         ErrorCode.PATH_DENIED,
@@ -1589,6 +1597,7 @@ class Kernel:
     def _load_configured_tools(self) -> None:
         """Register ``tools.modules`` and ``tools.definitions``; what fails is a
         ConfigError naming the key, the entry and the file."""
+        code: list[Path] = []
         for index, module_name in enumerate(self.config.tool_modules):
             where = f"tools.modules[{index}]"
             try:
@@ -1596,6 +1605,7 @@ class Kernel:
             except Exception as exc:  # the module's own code: any error
                 why = f"{type(exc).__name__}: {exc}"
                 raise ConfigError(f"{where}: cannot import '{module_name}': {why}") from exc
+            code.extend(_module_code(module))
             try:
                 for value in vars(module).values():
                     if isinstance(value, FunctionTool):
@@ -1608,6 +1618,29 @@ class Kernel:
                     self.register(definition)
             except DefinitionError as exc:
                 raise ConfigError(f"tools.definitions[{index}] ({path}): {exc}") from exc
+            code.append(path.resolve())
+        workspace = self.guard.workspace
+        self.host_code = frozenset(path for path in code if path.is_relative_to(workspace))
+        for path in self.host_code:
+            if path.name == "__pycache__":
+                # Bytecode there that matches a module's time and size is what Python
+                # runs instead of its source: a cache a command could create would be
+                # writable. Python makes it on import unless told not to.
+                with suppress(OSError):
+                    path.mkdir(exist_ok=True)
+
+
+def _module_code(module: ModuleType) -> list[Path]:
+    """Where a module's code lies: a package's directories, or a module's file and the
+    ``__pycache__`` beside it."""
+    packages = getattr(module, "__path__", None)
+    if packages is not None:
+        return [Path(entry).resolve() for entry in packages]
+    file = getattr(module, "__file__", None)
+    if not isinstance(file, str):
+        return []
+    source = Path(file).resolve()
+    return [source, source.parent / "__pycache__"]
 
 
 def _data_definitions(path: Path) -> list[ToolDefinition]:

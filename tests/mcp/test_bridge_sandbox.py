@@ -116,6 +116,32 @@ async def test_a_workspace_sandbox_writes_the_workspace_but_not_git_or_the_ledge
     assert "touched" not in (workspace / "toolkernel.toml").read_text()
 
 
+async def test_a_workspace_sandbox_cannot_change_the_tool_definitions_the_runtime_loads(
+    workspace,
+):
+    # They say what may run on the host at the next start (its flags, its permissions).
+    definitions = workspace / "defs" / "build.toml"
+    definitions.parent.mkdir()
+    definitions.write_text(
+        'name = "team.build"\nversion = "1.0"\ndescription = "Build."\n'
+        'executionMode = "PROCESS"\n[inputSchema]\ntype = "object"\nadditionalProperties = false\n'
+    )
+    before = definitions.read_text()
+    config = OPEN_POLICY + '\n[tools]\ndefinitions = ["defs/build.toml"]\n'
+    kernel = open_kernel(workspace, config)
+    try:
+        with anyio.fail_after(60):
+            async with McpBridge(kernel, [files_server(sandbox="workspace")]) as bridge:
+                [report] = await bridge.connect_all()
+                assert report.connected, report.error
+                touch = {"path": str(definitions)}
+                result = await kernel.call(kernel.start_run(), "fx.touch", touch)
+    finally:
+        kernel.close()
+    assert result.structured_output["content"][0]["text"].startswith("refused: ")
+    assert definitions.read_text() == before
+
+
 async def test_without_bubblewrap_a_sandboxed_server_is_unavailable_not_unsandboxed(
     workspace, layout
 ):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
-from toolkernel.codes import Status
+from toolkernel.codes import ErrorCode, Status
 from toolkernel.testing import make_kernel
 
 DEVELOPER = """
@@ -397,3 +398,85 @@ def test_the_runtimes_own_environment_in_the_workspace_is_not_writable(kernel, m
     assert replace.status is Status.FAILED
     assert (venv / "bin" / "bwrap").read_text() == "#!/bin/sh\n"
     assert elsewhere.status is Status.SUCCEEDED
+
+
+TOOL_MODULE = '''
+from toolkernel import tool
+
+
+@tool("team.{name}", idempotent=True)
+def hello() -> str:
+    """Say hello."""
+    return "hello"
+'''
+
+PROCESS_DEFINITION = """
+name = "team.build"
+version = "1.0"
+description = "Build the project."
+executionMode = "PROCESS"
+timeoutMs = 1000
+idempotent = false
+[permissions]
+executeCommand = true
+[inputSchema]
+type = "object"
+additionalProperties = false
+"""
+
+
+def create(path: str) -> dict[str, object]:
+    return {"path": path, "edits": [{"search": "", "replace": "x"}]}
+
+
+@pytest.fixture
+def kernel_with_tool_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Tool code in the workspace: a package, a module and a definitions file."""
+    ws = tmp_path / "ws"
+    (ws / "tk_pkg_tools").mkdir(parents=True)
+    (ws / "tk_pkg_tools" / "__init__.py").write_text(TOOL_MODULE.format(name="package"))
+    (ws / "tk_file_tools.py").write_text(TOOL_MODULE.format(name="module"))
+    (ws / "defs").mkdir()
+    (ws / "defs" / "build.toml").write_text(PROCESS_DEFINITION)
+    monkeypatch.syspath_prepend(str(ws))
+    for name in ("tk_pkg_tools", "tk_file_tools"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    tools = (
+        '[tools]\nmodules = ["tk_pkg_tools", "tk_file_tools"]\ndefinitions = ["defs/build.toml"]\n'
+    )
+    built = make_kernel(ws, DEVELOPER + tools)
+    yield built
+    built.close()
+
+
+@pytest.mark.parametrize(
+    ("script", "path"),
+    [
+        ("echo 'import os' >> tk_file_tools.py", "tk_file_tools.py"),
+        ("echo 'import os' > tk_pkg_tools/extra.py", "tk_pkg_tools/extra.py"),
+        (
+            "echo evil > __pycache__/tk_file_tools.cpython-311.pyc",
+            "__pycache__/tk_file_tools.cpython-311.pyc",
+        ),
+        ("echo 'timeoutMs = 9' >> defs/build.toml", "defs/build.toml"),
+    ],
+    ids=["module", "package", "bytecode cache", "definitions"],
+)
+def test_tool_code_the_configuration_loads_is_not_writable(kernel_with_tool_code, script, path):
+    # It runs on the host, unsandboxed, when the next runtime starts (or says what may).
+    kernel = kernel_with_tool_code
+    target = kernel.config.workspace / path
+    before = target.read_bytes() if target.exists() else None
+    result = run_shell(kernel, "sh", "-c", script)
+    assert result.status is Status.FAILED
+    assert (target.read_bytes() if target.exists() else None) == before
+    written = kernel.call_sync(kernel.start_run(), "file.patch", create(path))
+    assert (written.status, written.error_code) == (Status.DENIED, ErrorCode.PATH_DENIED)
+    assert (target.read_bytes() if target.exists() else None) == before
+
+
+def test_other_files_beside_tool_code_stay_writable(kernel_with_tool_code):
+    kernel = kernel_with_tool_code
+    assert run_shell(kernel, "sh", "-c", "echo x > defs/notes.txt").status is Status.SUCCEEDED
+    written = kernel.call_sync(kernel.start_run(), "file.patch", create("notes.md"))
+    assert written.status is Status.SUCCEEDED

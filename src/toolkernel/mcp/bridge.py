@@ -969,7 +969,12 @@ class McpBridge:
                 self._group,
                 errlog=self.errlog,
                 on_tools_changed=self._refresh_quietly,
-                sandbox=partial(sandboxed_argv, self.kernel.config, self.kernel.guard),
+                sandbox=partial(
+                    sandboxed_argv,
+                    self.kernel.config,
+                    self.kernel.guard,
+                    host_code=self.kernel.host_code,
+                ),
             )
             self._states[name] = _ServerState(connection)
         self.kernel.adapters[ExecutionMode.REMOTE_MCP] = self

@@ -20,6 +20,7 @@ such a server and when it closes; the call then ends POLICY_VIOLATION).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
@@ -40,7 +41,9 @@ SANDBOX_ENV: Final = {"HOME": "/tmp", "TMPDIR": "/tmp"}  # noqa: S108 - the sand
 _NEVER_BOUND: Final = (Path("/tmp"), Path("/run"), Path("/var/run"), Path("/var/tmp"))  # noqa: S108
 
 
-def sandboxed_argv(settings: Config, guard: PathGuard, config: ServerConfig) -> list[str]:
+def sandboxed_argv(
+    settings: Config, guard: PathGuard, config: ServerConfig, *, host_code: Iterable[Path] = ()
+) -> list[str]:
     """The bubblewrap command line that runs ``config.command`` in its sandbox.
 
     Runs ripgrep over the workspace (to hide forbidden files): call it off the loop.
@@ -49,6 +52,7 @@ def sandboxed_argv(settings: Config, guard: PathGuard, config: ServerConfig) -> 
         settings: the runtime's configuration (``[sandbox] bwrap`` and ``rg``, state).
         guard: the workspace and its forbidden paths.
         config: the server.
+        host_code: the tool code the runtime loads from the workspace (read-only).
 
     Raises:
         SandboxUnavailable: bubblewrap is missing or cannot start here.
@@ -75,7 +79,7 @@ def sandboxed_argv(settings: Config, guard: PathGuard, config: ServerConfig) -> 
         env={"PATH": os.environ.get("PATH", os.defpath)},  # to find the program's install
         cwd=cwd,
         extra_ro_binds=_checked_binds(settings, config),
-        read_only=write_protected(settings, workspace, rg) if writable else (),
+        read_only=write_protected(settings, workspace, rg, host_code) if writable else (),
         hidden=protected_paths(settings, guard, with_forbidden_files=True, rg=rg),
     )
     return bwrap_argv(list(config.command), spec, bwrap=bwrap)

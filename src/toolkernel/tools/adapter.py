@@ -38,7 +38,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -443,8 +443,9 @@ class Sandbox:
             group.start_soon(view, "hidden", self._protected_paths)
             if self.writable:
                 config, rg = kernel.config, self.settings.rg
+                code = kernel.host_code
                 group.start_soon(
-                    view, "read_only", lambda: write_protected(config, self.workspace, rg)
+                    view, "read_only", lambda: write_protected(config, self.workspace, rg, code)
                 )
                 group.start_soon(view, "policy", partial(config_files, self.workspace))
         return views
@@ -802,11 +803,13 @@ def _search_path(settings: SandboxSettings, workspace: Path) -> str:
     return ":".join(dict.fromkeys(entries))
 
 
-def write_protected(config: Config, workspace: Path, rg: str | None = None) -> tuple[Path, ...]:
+def write_protected(
+    config: Config, workspace: Path, rg: str | None = None, host_code: Iterable[Path] = ()
+) -> tuple[Path, ...]:
     """What a process with the workspace writable may read but never change: every
     repository's ``.git`` (hooks and config run later, on the host), every
-    ``toolkernel.toml`` and the runtime's own configuration file when it lies in the
-    workspace."""
+    ``toolkernel.toml``, the runtime's own configuration file when it lies in the
+    workspace, and ``host_code`` (the tool code it loads: ``Kernel.host_code``)."""
     listing = _rg_files(
         workspace, rg, "**/.git/HEAD", "**/.git", f"**/{CONFIG_FILENAME}", "!.toolkernel"
     )
@@ -826,7 +829,7 @@ def write_protected(config: Config, workspace: Path, rg: str | None = None) -> t
     source = config.source.resolve() if config.source is not None else None
     if source is not None and source.is_relative_to(workspace) and source not in protected:
         protected.append(source)
-    for own in _runtime_installation(rg):
+    for own in (*_runtime_installation(rg), *host_code):
         if own.is_relative_to(workspace) and own not in protected:
             protected.append(own)
     return tuple(protected)
