@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolkernel.errors import UsageError
-from toolkernel.globs import compile_globs, read_otherwise_by_ripgrep
+from toolkernel.globs import compile_globs, literal_prefix, read_otherwise_by_ripgrep
 from toolkernel.tools.search import find_rg
 
 
@@ -145,6 +145,42 @@ def test_double_star_spans_any_number_of_directories(
 ) -> None:
     path = "/".join([prefix, *middle, name])
     assert compile_globs([f"{prefix}/**/{name}"]).matches(path)
+
+
+@given(
+    pattern=st.lists(st.one_of(_pattern_segments, st.just("**")), min_size=1, max_size=4),
+    anchor=st.booleans(),
+    path=_paths,
+)
+def test_every_path_a_pattern_matches_lies_in_its_literal_prefix(
+    pattern: list[str], anchor: bool, path: str
+) -> None:
+    # What a sandbox makes writable for a write scope: nothing the scope refuses.
+    text = ("/" if anchor else "") + "/".join(pattern)
+    prefix = literal_prefix(text)
+    if prefix is None:
+        assert "/" not in text
+        return
+    if compile_globs([text]).matches(path) and prefix:
+        assert (path.lower() + "/").startswith(prefix.lower() + "/")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "prefix"),
+    [
+        ("src/**", "src"),
+        ("src/**/*.py", "src"),
+        ("/docs", "docs"),
+        ("docs/", None),
+        ("a/b/c.txt", "a/b/c.txt"),
+        ("*/x", ""),
+        ("**/x", ""),
+        ("*.py", None),
+        ("src\\*/x", ""),
+    ],
+)
+def test_literal_prefix(pattern: str, prefix: str | None) -> None:
+    assert literal_prefix(pattern) == prefix
 
 
 @settings(max_examples=150, deadline=None)

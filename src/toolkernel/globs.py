@@ -36,6 +36,7 @@ from toolkernel.errors import UsageError
 __all__ = [
     "GlobSet",
     "compile_globs",
+    "literal_prefix",
     "pattern_body",
     "read_otherwise_by_ripgrep",
     "workspace_pattern",
@@ -130,6 +131,22 @@ def pattern_body(pattern: str) -> str:
     matches a file named ``creds`` too). Whoever hands the same pattern to another
     matcher (ripgrep) gives it this, so that both match alike."""
     return pattern.strip().rstrip("/")
+
+
+def literal_prefix(pattern: str) -> str | None:
+    """The workspace path everything ``pattern`` matches lies in: the segments of an
+    anchored pattern before its first wildcard (``src/**/*.py`` -> ``src``,
+    ``/docs`` -> ``docs``), ``""`` for the root; ``None`` for a pattern that is a name
+    alone (``*.py``, ``build``), which matches at any depth."""
+    body = pattern_body(pattern)
+    if "/" not in body:
+        return None
+    literal = []
+    for segment in body.removeprefix("/").split("/"):
+        if any(char in segment for char in "*?[\\"):
+            break
+        literal.append(segment)
+    return "/".join(literal)
 
 
 def _translate(pattern: str) -> tuple[str, bool]:

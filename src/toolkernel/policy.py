@@ -17,16 +17,18 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from enum import StrEnum
 from fnmatch import fnmatchcase
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Final
 
 from toolkernel.codes import ErrorCode, safe_field, safe_message
 from toolkernel.context import RunContext, RunState, VerificationStatus
 from toolkernel.definition import ExecutionMode, Permissions, ToolDefinition
-from toolkernel.globs import GlobSet, compile_globs
+from toolkernel.globs import GlobSet, compile_globs, literal_prefix
 
 __all__ = [
     "Action",
@@ -332,6 +334,30 @@ def rate_keys(policy: Policy, tool_name: str) -> list[str]:
     return [pattern for pattern in policy.rate_limits if fnmatchcase(tool_name, pattern)]
 
 
+def write_scope(policy: Policy, ctx: RunContext) -> tuple[str, ...]:
+    """The write scope in force: the run's own, else the policy's."""
+    return ctx.write_scope or policy.write_scope
+
+
+def scope_paths(patterns: Sequence[str], workspace: Path) -> tuple[Path, ...] | None:
+    """What a command may write under the write scope ``patterns``: the files and
+    directories their literal prefixes name (``src/**`` -> ``src``), where they exist
+    with no symlink on the way; ``None`` (the whole workspace) without a scope, or
+    when a pattern is a name alone (``*.py``), which matches at any depth."""
+    if not patterns:
+        return None
+    found = []
+    for pattern in patterns:
+        prefix = literal_prefix(pattern)
+        if not prefix:
+            return None
+        path = workspace / prefix
+        with suppress(OSError):
+            if path.exists() and path.resolve() == path:
+                found.append(path)
+    return tuple(found)
+
+
 def _path_problem(
     policy: Policy, d: ToolDefinition, ctx: RunContext, paths: Sequence[str]
 ) -> Decision | None:
@@ -343,8 +369,10 @@ def _path_problem(
         if deny.matches(path) or (allow is not None and not allow.matches(path)):
             return _deny(ErrorCode.PATH_DENIED, tool=d.name, path=safe_field(path, 120))
     writes = d.permissions.write_workspace or d.execution_mode is ExecutionMode.SANDBOX_WRITE
-    scope_patterns = ctx.write_scope or policy.write_scope
-    if writes and scope_patterns:
+    scope_patterns = write_scope(policy, ctx)
+    # A command's paths (its cwd) are where it runs, not what it writes: the sandbox
+    # holds what it writes to the scope (scope_paths).
+    if writes and scope_patterns and d.execution_mode is not ExecutionMode.PROCESS:
         scope = _globs(scope_patterns)
         for path in paths:
             # A directory is in scope when what is inside it is (cwd "src" for "src/**").

@@ -139,7 +139,9 @@ def _violation_for(error: SchemaError, tool: RegisteredTool) -> Violation:
 def _path_values(
     schema: Any, instance: Any, where: tuple[str | int, ...], root: Any, depth: int
 ) -> Iterator[tuple[tuple[str | int, ...], str]]:
-    """Every string in ``instance`` that the schema marks as a workspace path."""
+    """Every string in ``instance`` that the schema marks as a workspace path, and the
+    default of each such property left out (what the tool will use: a ``cwd`` left
+    out is the workspace root, and is judged as such)."""
     if depth > _MAX_REF_DEPTH or not isinstance(schema, Mapping):
         return
     ref = schema.get("$ref")
@@ -162,6 +164,9 @@ def _path_values(
                 subs = [schema["additionalProperties"]]
             for sub in subs:
                 yield from _path_values(sub, value, (*where, name), root, depth + 1)
+        for name, sub in properties.items():
+            if name not in instance and isinstance(sub, Mapping) and "default" in sub:
+                yield from _path_values(sub, sub["default"], (*where, name), root, depth + 1)
     elif isinstance(instance, list):
         prefix = schema.get("prefixItems", ())
         for index, value in enumerate(instance):

@@ -480,3 +480,55 @@ def test_other_files_beside_tool_code_stay_writable(kernel_with_tool_code):
     assert run_shell(kernel, "sh", "-c", "echo x > defs/notes.txt").status is Status.SUCCEEDED
     written = kernel.call_sync(kernel.start_run(), "file.patch", create("notes.md"))
     assert written.status is Status.SUCCEEDED
+
+
+SCOPED = DEVELOPER + '[policy]\nwrite_scope = ["src/**"]\n'
+
+
+@pytest.fixture
+def scoped_kernel(tmp_path: Path):
+    ws = tmp_path / "ws"
+    (ws / "src").mkdir(parents=True)
+    built = make_kernel(ws, SCOPED)
+    yield built
+    built.close()
+
+
+@pytest.mark.parametrize("cwd", [{}, {"cwd": "."}], ids=["left out", "root"])
+def test_a_command_at_the_root_writes_only_inside_the_write_scope(scoped_kernel, cwd):
+    # Tests run from the root; what they write is held to the scope by the sandbox.
+    ws = scoped_kernel.config.workspace
+    run = scoped_kernel.start_run()
+    script = "echo x > src/made.txt && echo x > top.txt"
+    result = scoped_kernel.call_sync(run, "shell.run", {"argv": ["sh", "-c", script], **cwd})
+    assert result.status is Status.FAILED
+    assert (ws / "src" / "made.txt").read_text() == "x\n"
+    assert not (ws / "top.txt").exists()
+
+
+def test_a_command_writes_only_inside_the_write_scope(scoped_kernel):
+    ws = scoped_kernel.config.workspace
+    run = scoped_kernel.start_run()
+
+    def shell(script: str):
+        return scoped_kernel.call_sync(
+            run, "shell.run", {"argv": ["sh", "-c", script], "cwd": "src"}
+        )
+
+    assert shell("echo x > inside.txt").status is Status.SUCCEEDED
+    assert (ws / "src" / "inside.txt").read_text() == "x\n"
+    assert shell("echo x > ../top.txt").status is Status.FAILED
+    assert not (ws / "top.txt").exists()
+    assert shell("mkdir ../other").status is Status.FAILED
+    assert not (ws / "other").exists()
+
+
+def test_a_left_out_cwd_is_judged_by_path_allow_as_the_root(tmp_path: Path):
+    ws = tmp_path / "ws"
+    (ws / "src").mkdir(parents=True)
+    with make_kernel(ws, DEVELOPER + '[policy]\npath_allow = ["/src"]\n') as kernel:
+        run = kernel.start_run()
+        root = kernel.call_sync(run, "shell.run", {"argv": ["true"]})
+        inside = kernel.call_sync(run, "shell.run", {"argv": ["true"], "cwd": "src"})
+    assert (root.status, root.error_code) == (Status.DENIED, ErrorCode.PATH_DENIED)
+    assert inside.status is Status.SUCCEEDED

@@ -201,16 +201,26 @@ def bwrap_argv(
             mounts.append(("--ro-bind", str(path), str(path)))
     mounts.extend(("--bind", str(p), str(p)) for p in spec.extra_rw_binds)
     ws = str(spec.workspace)
-    mounts.append(("--bind" if spec.writable else "--ro-bind", ws, ws))
+    if not spec.writable:
+        writable: list[Path] = []
+    elif spec.write_dirs is None:
+        writable = [spec.workspace]
+    else:
+        writable = [d for d in spec.write_dirs if d.exists() and not d.is_symlink()]
+    mounts.append(("--bind" if writable == [spec.workspace] else "--ro-bind", ws, ws))
+    mounts.extend(("--bind", str(d), str(d)) for d in writable if d != spec.workspace)
     # Inside the workspace bind, so these override it: protected paths stay protected
     # even from a command that runs with the workspace writable.
     mounts.extend(("--ro-bind", str(p), str(p)) for p in spec.read_only if p.exists())
-    if spec.writable:
-        # A mount point cannot be renamed or removed (EBUSY): with every directory on
-        # the way to a hidden path made one, a command cannot move a forbidden file
-        # or the runtime's state out from under its mount, to where the path guard
-        # would no longer recognise it.
-        mounts.extend(("--bind", str(d), str(d)) for d in _ancestors(spec.hidden, spec.workspace))
+    # A mount point cannot be renamed or removed (EBUSY): with every writable directory
+    # on the way to a hidden path made one, a command cannot move a forbidden file or
+    # the runtime's state out from under its mount, to where the path guard would no
+    # longer recognise it.
+    mounts.extend(
+        ("--bind", str(d), str(d))
+        for d in _ancestors(spec.hidden, spec.workspace)
+        if any(d.is_relative_to(w) for w in writable)
+    )
     sealed: list[str] = []
     for path in spec.hidden:
         if path.is_dir() and not path.is_symlink():

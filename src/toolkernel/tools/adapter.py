@@ -56,7 +56,7 @@ from toolkernel.context import ToolContext
 from toolkernel.definition import ExecutionMode, Permissions, ToolDefinition
 from toolkernel.dispatch import Adapter, Invocation, NativeAdapter
 from toolkernel.errors import SandboxUnavailable, ToolFailed, runtime_failure
-from toolkernel.policy import Action
+from toolkernel.policy import Action, scope_paths, write_scope
 from toolkernel.redaction import Redactor
 from toolkernel.sandbox import (
     TERM_GRACE_S,
@@ -403,6 +403,7 @@ class Sandbox:
             limits=self.settings.limits,
             extra_ro_binds=_interpreter_prefixes(),
             read_only=views["read_only"],
+            write_dirs=self._write_dirs(),
             hidden=views["hidden"],
             extra_rw_binds=rw_dirs,
         )
@@ -428,6 +429,13 @@ class Sandbox:
                 "The command", self.workspace, output=result.to_dict(), artifacts=result.artifacts
             )
         return result
+
+    def _write_dirs(self) -> tuple[Path, ...] | None:
+        """What the command may write: the run's write scope, where it has one."""
+        kernel, run = self._ctx.kernel, self._ctx.run
+        if not self.writable or kernel is None or run is None:
+            return None
+        return scope_paths(write_scope(kernel.config.policy, run.context), self.workspace)
 
     async def _views(self) -> dict[str, tuple[Path, ...]]:
         """What the command must not see, nor change, and the policy files now: the
