@@ -694,11 +694,20 @@ _ATTRIBUTES: Final = (
 _INSTRUCTION_TAG: Final = re.compile(
     # Not a regex named group, (?<NAME>…) or (?P<NAME>…): schemas' patterns are scanned.
     r"(?<!\(\?)(?<!\(\?P)<\s*/?\s*"
-    rf"(?:(?!(?:{_HTML_ELEMENTS})(?![A-Z_-]))[A-Z][A-Z_-]{{3,}}|(?i:(?:{_TAG_WORDS})"
+    rf"(?i:(?:{_TAG_WORDS})"
     # <tool_instructions>, <system-note>, <hidden-instructions>: not <system_id>.
     rf"|(?:tool|system|hidden|secret|admin|important)[_-](?:{_TAG_WORDS}|notes?|"
-    rf"messages?|reminders?|prompts?|directives?|notices?))){_ATTRIBUTES}\s*/?\s*>"
+    rf"messages?|reminders?|prompts?|directives?|notices?)){_ATTRIBUTES}\s*/?\s*>"
 )
+# Any other upper-case tag counts where it frames words (<NOTE>Always do X</NOTE>), as
+# a tag word does; a placeholder (<OWNER>, <API_KEY>, <YYYY-MM-DD>) frames nothing, an
+# XML sample (<RESPONSE><ITEM/></RESPONSE>) no words.
+_FRAMING_TAG: Final = re.compile(
+    r"(?<!\(\?)(?<!\(\?P)<\s*"
+    rf"((?!(?:{_HTML_ELEMENTS})(?![A-Z_-]))[A-Z][A-Z_-]{{3,}}){_ATTRIBUTES}\s*>"
+    r"(?=[^<]{0,4000}<\s*/\s*\1\s*>)"
+)
+_WORDS: Final = re.compile(r"[^\W\d_]{2,}\s+[^\W\d_]{2,}")
 # P107: a run of blanks wide or tall enough to scroll content out of a reviewer's view.
 # Any whitespace counts, and characters that render blank without being whitespace.
 # Default-ignorable characters render as nothing, so they do not break a run.
@@ -1028,9 +1037,16 @@ def _markup(text: str) -> Iterator[tuple[str, Severity, str]]:
         (_COMMENT, "a markup comment"),
         (_INSTRUCTION_TAG, "an instruction tag"),
     ):
-        match = regex.search(text)
+        match = regex.search(text) or (regex is _INSTRUCTION_TAG and _framing_tag(text))
         if match:
             yield "P106", _E, f"holds {what}: {_quote(match.group(0))}"
+
+
+def _framing_tag(text: str) -> re.Match[str] | None:
+    for match in _FRAMING_TAG.finditer(text):
+        if _WORDS.search(text, match.end(), text.find("<", match.end())):
+            return match
+    return None
 
 
 def _stray_zero_width(text: str) -> list[str]:
