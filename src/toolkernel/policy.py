@@ -334,6 +334,10 @@ def rate_keys(policy: Policy, tool_name: str) -> list[str]:
     return [pattern for pattern in policy.rate_limits if fnmatchcase(tool_name, pattern)]
 
 
+NETWORK_REASON: Final = "it uses the network"
+"""The approval reason of ``[policy] network = "ask"`` (an allow rule does not waive it)."""
+
+
 def write_scope(policy: Policy, ctx: RunContext) -> tuple[str, ...]:
     """The write scope in force: the run's own, else the policy's."""
     return ctx.write_scope or policy.write_scope
@@ -395,7 +399,7 @@ def _approval_reasons(
         ]
     reasons = []
     if needs_network and policy.network is Action.ASK:
-        reasons.append("it uses the network")
+        reasons.append(NETWORK_REASON)
     return reasons + [f"it {what}" for what in defaults.get(Action.ASK, [])]
 
 

@@ -237,6 +237,28 @@ def test_a_failed_elicitation_is_approval_required_not_a_users_refusal(served: P
     anyio.run(main)
 
 
+def test_the_advice_names_the_network_setting_when_that_is_what_asks(tmp_path: Path) -> None:
+    # An allow rule does not waive [policy] network = "ask": advising one would send
+    # the user round in circles.
+    config = (
+        '[run]\nprofile = "full"\n[tools]\nmodules = ["gateway_tools"]\n'
+        '[[exposure]]\ntools = ["*"]\n[policy]\nnetwork = "ask"\n'
+        '[[policy.rules]]\ntools = ["fixture.fetch"]\naction = "allow"\n'
+    )
+    workspace = make_workspace(tmp_path / "served", config)
+
+    async def main() -> None:
+        async with stdio_client(workspace, mode="legacy") as client:
+            result = await client.call_tool("fixture.fetch", {"url": "https://example.com"})
+        assert result.meta is not None
+        seen = result.meta[PROJECTION_META]
+        assert (seen["status"], seen["errorCode"]) == (Status.DENIED, ErrorCode.APPROVAL_REQUIRED)
+        assert 'network = "allow"' in seen["safeMessage"]
+        assert "[[policy.rules]]" not in seen["safeMessage"]
+
+    anyio.run(main)
+
+
 def test_an_unreadable_answer_to_elicitation_ends_the_wait_at_once(served: Path) -> None:
     """A client that answers elicitation/create with something that is no result (here
     a string): the SDK cannot read it, and the call waited for its ten-minute limit."""

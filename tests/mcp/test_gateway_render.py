@@ -13,6 +13,7 @@ from toolkernel.codes import ErrorCode, Status
 from toolkernel.definition import ToolDefinition
 from toolkernel.mcp.gateway_approval import answer_binding, approval_form, how_to_approve
 from toolkernel.mcp.gateway_render import PROJECTION_META, render_result, render_tool
+from toolkernel.policy import NETWORK_REASON
 from toolkernel.testing import make_kernel
 
 OBJECT_OUTPUT = {
@@ -160,6 +161,23 @@ def test_the_fallback_message_names_both_ways_to_approve() -> None:
     assert '[[policy.rules]] tools = ["demo.tool"]' in advice
     assert "toolkernel call demo.tool" in advice
     assert "--approve" in advice
+
+
+@pytest.mark.parametrize(
+    ("reasons", "named", "not_named"),
+    [
+        (["it is destructive"], "[[policy.rules]]", 'network = "allow"'),
+        ([NETWORK_REASON], 'network = "allow"', "[[policy.rules]]"),
+        ([NETWORK_REASON, "it is destructive"], 'network = "allow"', None),
+    ],
+)
+def test_the_advice_follows_what_asks_for_approval(reasons, named, not_named) -> None:
+    advice = how_to_approve("demo.tool", reasons)
+    assert named in advice
+    assert not_named is None or not_named not in advice
+    assert all(reason in advice for reason in reasons)
+    if len(reasons) == 2:
+        assert "[[policy.rules]]" in advice
 
 
 @pytest.mark.parametrize(

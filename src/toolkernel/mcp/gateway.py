@@ -218,9 +218,18 @@ class Gateway:
                     if needed is not None:
                         return needed
         result = await self._governed(ctx, run, params.name, proposed, approver, stop)
-        result = _with_how_to_approve(result, approver, params.name)
+        result = _with_how_to_approve(result, approver, params.name, self._reasons(run, params))
         tool = self.kernel.registry.find(params.name, None)
         return render_result(result, tool, run_id=run.id)
+
+    def _reasons(self, run: Run, params: types.CallToolRequestParams) -> Callable[[], list[str]]:
+        """Why the call needs approval, asked of the policy when the advice needs it."""
+
+        def reasons() -> list[str]:
+            explained = self.kernel.explain(run, params.name, params.arguments or {})
+            return [str(reason) for reason in explained.get("approvalReasons", ())]
+
+        return reasons
 
     async def _governed(
         self,
@@ -336,7 +345,10 @@ class Gateway:
 
 
 def _with_how_to_approve(
-    result: ToolCallResult, approver: Approver | None, tool: str
+    result: ToolCallResult,
+    approver: Approver | None,
+    tool: str,
+    reasons: Callable[[], Sequence[str]],
 ) -> ToolCallResult:
     """``result`` saying how to approve the call when nobody could be asked about it:
     the client cannot ask its user, or its elicitation failed (APPROVAL_REQUIRED in
@@ -344,13 +356,13 @@ def _with_how_to_approve(
     if result.status is not Status.DENIED:
         return result
     if approver is None and result.error_code is ErrorCode.APPROVAL_REQUIRED:
-        how = how_to_approve(tool)
+        how = how_to_approve(tool, reasons())
     elif (
         isinstance(approver, ElicitingApprover)
         and approver.unasked is not None
         and result.error_code is ErrorCode.APPROVAL_REQUIRED
     ):
-        how = how_to_approve(tool, unasked=approver.unasked)
+        how = how_to_approve(tool, reasons(), unasked=approver.unasked)
     else:
         return result
     message = safe_message(ErrorCode.APPROVAL_REQUIRED, tool=tool, how=how)

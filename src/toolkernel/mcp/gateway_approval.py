@@ -31,6 +31,7 @@ from pydantic import ValidationError
 from toolkernel.approval import ApprovalDecision, ApprovalRequest
 from toolkernel.cancel import CancellationToken
 from toolkernel.canonical import sha256_of
+from toolkernel.policy import NETWORK_REASON
 from toolkernel.terminal import json_text, printable
 
 __all__ = [
@@ -100,18 +101,25 @@ def answer_binding(tool: str, arguments: Mapping[str, Any]) -> str:
     return sha256_of({"tool": tool, "arguments": dict(arguments)})
 
 
-def how_to_approve(tool: str, *, unasked: str | None = None) -> str:
+def how_to_approve(tool: str, reasons: Sequence[str] = (), *, unasked: str | None = None) -> str:
     """The gateway's advice when the client cannot ask its user, or (``unasked``, why)
-    failed to."""
+    failed to; ``reasons`` are why the call needs approval (the policy's), and decide
+    which setting the advice names: an allow rule does not waive ``network = "ask"``."""
     cannot = (
         "cannot ask its user (it did not declare the elicitation capability)"
         if unasked is None
         else f"could not ask its user (elicitation failed: {unasked})"
     )
+    why = f" The call needs approval because {'; '.join(reasons)}." if reasons else ""
+    changes = []
+    if NETWORK_REASON in reasons:
+        changes.append('set network = "allow" under [policy]')
+    if not reasons or any(reason != NETWORK_REASON for reason in reasons):
+        changes.append(f'add a policy rule ([[policy.rules]] tools = ["{tool}"], action = "allow")')
     return (
-        f"This MCP client {cannot}. To allow the call, add a policy rule to toolkernel.toml "
-        f'([[policy.rules]] tools = ["{tool}"], action = "allow") and restart '
-        f"toolkernel serve, or run it once with `toolkernel call {tool} --args '…' --approve`."
+        f"This MCP client {cannot}.{why} To allow the call, {' and '.join(changes)} in "
+        f"toolkernel.toml and restart toolkernel serve, or run it once with "
+        f"`toolkernel call {tool} --args '…' --approve`."
     )
 
 

@@ -8,6 +8,7 @@ import anyio
 from annotated_types import Ge, Le, MaxLen
 
 from toolkernel import ToolContext, tool
+from toolkernel.definition import Permissions
 
 
 @tool("fixture.steps", idempotent=True, timeout_ms=10_000)
@@ -49,3 +50,9 @@ def echo(text: Annotated[str, MaxLen(200)]) -> dict[str, Any]:
         text: the text to return.
     """
     return {"text": text}
+
+
+@tool("fixture.fetch", permissions=Permissions(network=True), timeout_ms=5_000)
+def fetch(url: Annotated[str, MaxLen(200)]) -> dict[str, Any]:
+    """Pretend to fetch a URL (it needs the network permission)."""
+    return {"fetched": url}
