@@ -332,15 +332,21 @@ async def test_repeated_idempotency_key_returns_the_recorded_result(kernel_facto
     assert types == [EventType.TOOL_CALL_REQUEST, EventType.TOOL_CALL_RESULT]
 
 
+async def _recorded_then_asked_again(kernel_factory, key: str, config: str = WRITER):
+    """A file.write recorded under ``key`` by one kernel, then proposed again with the
+    same key to a new kernel on the same ledger (with ``config``): its result."""
+    args = {"path": "src/a.py", "text": "x"}
+    first = kernel_factory(WRITER)
+    await first.call(first.start_run(), "file.write", args, idempotency_key=key)
+    first.close()
+    second = kernel_factory(config)
+    return await second.call(second.start_run(), "file.write", args, idempotency_key=key)
+
+
 async def test_idempotency_key_survives_a_new_kernel_on_the_same_ledger(
     kernel_factory, calls, workspace
 ):
-    args = {"path": "src/a.py", "text": "x"}
-    first = kernel_factory(WRITER)
-    await first.call(first.start_run(), "file.write", args, idempotency_key="k2")
-    first.close()
-    second = kernel_factory(WRITER)
-    result = await second.call(second.start_run(), "file.write", args, idempotency_key="k2")
+    result = await _recorded_then_asked_again(kernel_factory, "k2")
     assert result.status is Status.SUCCEEDED
     assert calls.count == {"file.write": 1}
 
@@ -359,12 +365,7 @@ async def test_a_recorded_result_is_served_only_to_a_call_the_policy_allows_now(
 ):
     # A key is no pass: the policy changed since the result was recorded, and what it
     # denies now (the content, the action) is not handed out under the old key.
-    args = {"path": "src/a.py", "text": "x"}
-    before = kernel_factory(WRITER)
-    await before.call(before.start_run(), "file.write", args, idempotency_key="k9")
-    before.close()
-    after = kernel_factory(WRITER + now)
-    result = await after.call(after.start_run(), "file.write", args, idempotency_key="k9")
+    result = await _recorded_then_asked_again(kernel_factory, "k9", WRITER + now)
     assert result.status is Status.DENIED
     assert result.structured_output is None
     assert calls.count == {"file.write": 1}

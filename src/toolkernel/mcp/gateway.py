@@ -48,6 +48,7 @@ from contextlib import (
     suppress,
 )
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Final, Literal
 
@@ -218,18 +219,15 @@ class Gateway:
                     if needed is not None:
                         return needed
         result = await self._governed(ctx, run, params.name, proposed, approver, stop)
-        result = _with_how_to_approve(result, approver, params.name, self._reasons(run, params))
+        reasons = partial(self._approval_reasons, run, params)
+        result = _with_how_to_approve(result, approver, params.name, reasons)
         tool = self.kernel.registry.find(params.name, None)
         return render_result(result, tool, run_id=run.id)
 
-    def _reasons(self, run: Run, params: types.CallToolRequestParams) -> Callable[[], list[str]]:
-        """Why the call needs approval, asked of the policy when the advice needs it."""
-
-        def reasons() -> list[str]:
-            explained = self.kernel.explain(run, params.name, params.arguments or {})
-            return [str(reason) for reason in explained.get("approvalReasons", ())]
-
-        return reasons
+    def _approval_reasons(self, run: Run, params: types.CallToolRequestParams) -> list[str]:
+        """Why the call needs approval, as the policy says now."""
+        explained = self.kernel.explain(run, params.name, params.arguments or {})
+        return [str(reason) for reason in explained.get("approvalReasons", ())]
 
     async def _governed(
         self,

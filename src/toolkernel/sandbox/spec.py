@@ -79,8 +79,8 @@ class SandboxSpec:
             (toolchains outside ``/usr`` that the interpreter heuristic misses).
         read_only: Paths inside the workspace mounted read-only even when the
             workspace is writable (``.git``: commands may read history, not rewrite it).
-        write_dirs: With ``writable``, the only directories of the workspace the
-            command may write (a task's write scope); ``None``: all of it.
+        write_dirs: With ``writable``, the only directories and files of the workspace
+            the command may write (a task's write scope); ``None``: all of it.
         extra_rw_binds: Host directories outside the workspace mounted read-write at
             the same path (a private report directory the runtime reads back).
         hidden: Paths inside the workspace the command must not see: a directory
