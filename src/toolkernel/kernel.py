@@ -1598,26 +1598,28 @@ class Kernel:
         """Register ``tools.modules`` and ``tools.definitions``; what fails is a
         ConfigError naming the key, the entry and the file."""
         code: list[Path] = []
+        label = str(self.config.source or "configuration")
         for index, module_name in enumerate(self.config.tool_modules):
-            where = f"tools.modules[{index}]"
+            where = f"{label}: key 'tools.modules.{index}' ('{module_name}')"
             try:
                 module = importlib.import_module(module_name)
             except Exception as exc:  # the module's own code: any error
                 why = f"{type(exc).__name__}: {exc}"
-                raise ConfigError(f"{where}: cannot import '{module_name}': {why}") from exc
+                raise ConfigError(f"{where}: cannot import it: {why}") from exc
             code.extend(_module_code(module))
             try:
                 for value in vars(module).values():
                     if isinstance(value, FunctionTool):
                         self.register(value)
             except DefinitionError as exc:
-                raise ConfigError(f"{where} ('{module_name}'): {exc}") from exc
+                raise ConfigError(f"{where}: {exc}") from exc
         for index, path in enumerate(self.config.tool_definitions):
             try:
-                for definition in _data_definitions(path):
+                for definition in _data_definitions(path, self.adapters):
                     self.register(definition)
             except DefinitionError as exc:
-                raise ConfigError(f"tools.definitions[{index}] ({path}): {exc}") from exc
+                where = f"{label}: key 'tools.definitions.{index}' ({path})"
+                raise ConfigError(f"{where}: {exc}") from exc
             code.append(path.resolve())
         workspace = self.guard.workspace
         self.host_code = frozenset(path for path in code if path.is_relative_to(workspace))
@@ -1643,9 +1645,11 @@ def _module_code(module: ModuleType) -> list[Path]:
     return [source, source.parent / "__pycache__"]
 
 
-def _data_definitions(path: Path) -> list[ToolDefinition]:
-    """The definitions of a ``tools.definitions`` file: none may be NATIVE, whose
-    implementation a file cannot give.
+def _data_definitions(
+    path: Path, adapters: Mapping[ExecutionMode, Adapter]
+) -> list[ToolDefinition]:
+    """The definitions of a ``tools.definitions`` file: each must be one that an
+    adapter of this kernel runs from its definition alone.
 
     Raises:
         DefinitionError: the file or a definition in it cannot be used.
@@ -1654,12 +1658,23 @@ def _data_definitions(path: Path) -> list[ToolDefinition]:
 
     definitions = load_definitions(path)
     for definition in definitions:
-        if definition.execution_mode is ExecutionMode.NATIVE:
-            raise DefinitionError(
-                definition.name,
-                "executionMode",
-                "NATIVE tools are registered from Python modules (tools.modules)",
+        mode = definition.execution_mode
+        if mode is ExecutionMode.NATIVE or mode in _SANDBOXED:
+            # Listed, exposed and refused on every call, it would look like a policy fault.
+            why = (
+                f"a {mode} tool is Python code, which a definitions file cannot give: "
+                "write it with @tool in a module named in tools.modules"
             )
+        elif mode is ExecutionMode.REMOTE_MCP:
+            why = "bridged tools come from their server: name it under [[mcp.servers]]"
+        elif mode not in adapters:
+            why = (
+                f"nothing runs {mode} tools in this runtime: a program embedding "
+                f"toolkernel passes an adapter for them (Kernel(adapters=...))"
+            )
+        else:
+            continue
+        raise DefinitionError(definition.name, "executionMode", why)
     return definitions
 
 

@@ -1,5 +1,6 @@
-"""Helpers for testing code that embeds the kernel: recording approvers, a kernel on a
-temporary workspace, and a reader for the events of a run."""
+"""Helpers for testing code that embeds the kernel: recording approvers, an adapter
+that answers with the arguments, a kernel on a temporary workspace, and a reader for
+the events of a run."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ from typing import Any
 
 from toolkernel.approval import ApprovalDecision, ApprovalRequest, Approver
 from toolkernel.config import CONFIG_FILENAME, load_config
+from toolkernel.dispatch import Invocation
 from toolkernel.kernel import Kernel
 from toolkernel.ledger import Event, EventType
 
-__all__ = ["RecordingApprover", "event_types", "make_kernel"]
+__all__ = ["EchoAdapter", "RecordingApprover", "event_types", "make_kernel"]
 
 
 @dataclass
@@ -28,6 +30,18 @@ class RecordingApprover:
     def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
         self.requests.append(request)
         return ApprovalDecision(self.approve, self.name)
+
+
+class EchoAdapter:
+    """An adapter (for ``Kernel(adapters=...)``) whose every call answers with its
+    arguments and keeps the invocations it saw: stands in for an EXTERNAL_API service."""
+
+    def __init__(self) -> None:
+        self.invocations: list[Invocation] = []
+
+    async def invoke(self, invocation: Invocation) -> dict[str, Any]:
+        self.invocations.append(invocation)
+        return dict(invocation.arguments)
 
 
 def make_kernel(

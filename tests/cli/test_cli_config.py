@@ -222,13 +222,13 @@ def test_config_check_escapes_control_characters_in_the_paths_it_prints(capsys, 
 @pytest.mark.parametrize(
     ("files", "tools", "named"),
     [
-        ({"broken_tools.py": "def oops(:\n"}, "modules = ['broken_tools']", "tools.modules[0]"),
+        ({"broken_tools.py": "def oops(:\n"}, "modules = ['broken_tools']", "tools.modules.0"),
         (
             {"failing_tools.py": "raise RuntimeError('no')\n"},
             "modules = ['failing_tools']",
-            "tools.modules[0]",
+            "tools.modules.0",
         ),
-        ({"defs.json": '{"name": "x.y"}'}, "definitions = ['defs.json']", "tools.definitions[0]"),
+        ({"defs.json": '{"name": "x.y"}'}, "definitions = ['defs.json']", "tools.definitions.0"),
     ],
 )
 def test_a_broken_tool_source_is_a_config_error_naming_the_key_and_entry(
@@ -240,6 +240,49 @@ def test_a_broken_tool_source_is_a_config_error_naming_the_key_and_entry(
     (workspace / "toolkernel.toml").write_text(f"[tools]\n{tools}\n")
     assert main(["tools", "--workspace", str(workspace)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("ConfigError: ")
-    assert named in err
+    assert err.startswith(f"ConfigError: {workspace / 'toolkernel.toml'}: key '{named}'")
     assert "InternalError" not in err
+
+
+def data_tool(mode: str) -> str:
+    return json.dumps(
+        {
+            "name": "team.build",
+            "version": "1.0",
+            "description": "Build the project.",
+            "executionMode": mode,
+            "permissions": {"executeCommand": True, "network": True},
+            "safety": {"mutating": True},
+            "inputSchema": {"type": "object", "additionalProperties": False},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("mode", "fix"),
+    [
+        ("PROCESS", "tools.modules"),
+        ("SANDBOX_READ_ONLY", "tools.modules"),
+        ("SANDBOX_WRITE", "tools.modules"),
+        ("REMOTE_MCP", "mcp.servers"),
+        ("EXTERNAL_API", "adapters="),
+    ],
+)
+def test_a_definitions_file_tool_that_nothing_here_can_run_is_refused_at_load(
+    capsys, workspace, mode, fix
+):
+    # Listed, exposed and then refused on every call with a misleading code, it
+    # would look to the user like a policy fault, not like a tool with no code.
+    (workspace / "defs.json").write_text(data_tool(mode))
+    (workspace / "toolkernel.toml").write_text(
+        "[run]\nprofile = 'full'\n[[exposure]]\ntools = ['*']\n"
+        "[tools]\ndefinitions = ['defs.json']\n"
+    )
+    for command in (["tools"], ["call", "team.build"], ["config", "check"]):
+        assert main([*command, "--workspace", str(workspace)]) == 2, command
+        err = capsys.readouterr().err
+        assert err.startswith(
+            f"ConfigError: {workspace / 'toolkernel.toml'}: key 'tools.definitions.0'"
+        ), err
+        assert "team.build: field 'executionMode'" in err
+        assert fix in err

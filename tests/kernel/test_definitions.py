@@ -13,6 +13,7 @@ import pytest
 from annotated_types import Ge, Interval, Le, MaxLen, MinLen
 from pydantic import Field
 
+from toolkernel.codes import ErrorCode, Status
 from toolkernel.context import ToolContext
 from toolkernel.definition import (
     ConcurrencyGroup,
@@ -23,6 +24,7 @@ from toolkernel.definition import (
 from toolkernel.errors import DefinitionError
 from toolkernel.functions import WorkspacePath, tool
 from toolkernel.registry import Registry
+from toolkernel.testing import EchoAdapter, make_kernel
 
 SEED_EXAMPLE = {
     "name": "repo.search",
@@ -540,3 +542,40 @@ def test_metadata_the_schema_cannot_say_is_a_definition_error():
         @tool("demo.nan")
         def nan(value: Annotated[float, Field(allow_inf_nan=False)]) -> None:
             """Nan."""
+
+
+def test_a_definitions_file_tool_runs_through_the_adapter_the_embedder_gave(tmp_path: Path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "defs.json").write_text(
+        json.dumps(
+            {
+                "name": "tickets.create",
+                "version": "2.0",
+                "description": "Open a ticket in the tracker.",
+                "executionMode": "EXTERNAL_API",
+                "permissions": {"network": True},
+                "safety": {"mutating": True, "external": True},
+                "inputSchema": {
+                    "type": "object",
+                    "properties": {"title": {"type": "string", "maxLength": 80}},
+                    "required": ["title"],
+                    "additionalProperties": False,
+                },
+            }
+        )
+    )
+    config = (
+        "[run]\nprofile = 'full'\n[[exposure]]\ntools = ['tickets.*']\n"
+        "[policy]\nnetwork = 'allow'\napproval = { external = 'allow' }\n"
+        "[tools]\ndefinitions = ['defs.json']\n"
+    )
+    adapter = EchoAdapter()
+    with make_kernel(ws, config, adapters={ExecutionMode.EXTERNAL_API: adapter}) as kernel:
+        run = kernel.start_run()
+        assert [d.name for d in kernel.expose(run)] == ["tickets.create"]
+        done = kernel.call_sync(run, "tickets.create", {"title": "flaky test"})
+        refused = kernel.call_sync(run, "tickets.create", {"title": "x" * 81})
+    assert (done.status, done.structured_output) == (Status.SUCCEEDED, {"title": "flaky test"})
+    assert refused.error_code is ErrorCode.OUT_OF_BOUNDS
+    assert [i.tool.definition.version for i in adapter.invocations] == ["2.0"]

@@ -12,10 +12,12 @@ import pytest
 from fixtures.bridge_support import FIXTURE_SERVER, OPEN_POLICY, fixture_server, open_kernel
 
 from toolkernel.codes import Status
+from toolkernel.definition import ExecutionMode
 from toolkernel.errors import ConfigError
 from toolkernel.mcp import McpBridge
 from toolkernel.mcp.sandboxed import sandboxed_argv
 from toolkernel.mcp.servers import parse_servers
+from toolkernel.testing import EchoAdapter
 
 pytestmark = pytest.mark.anyio
 
@@ -124,11 +126,12 @@ async def test_a_workspace_sandbox_cannot_change_the_tool_definitions_the_runtim
     definitions.parent.mkdir()
     definitions.write_text(
         'name = "team.build"\nversion = "1.0"\ndescription = "Build."\n'
-        'executionMode = "PROCESS"\n[inputSchema]\ntype = "object"\nadditionalProperties = false\n'
+        'executionMode = "EXTERNAL_API"\n[inputSchema]\ntype = "object"\n'
+        "additionalProperties = false\n"
     )
     before = definitions.read_text()
     config = OPEN_POLICY + '\n[tools]\ndefinitions = ["defs/build.toml"]\n'
-    kernel = open_kernel(workspace, config)
+    kernel = open_kernel(workspace, config, adapters={ExecutionMode.EXTERNAL_API: EchoAdapter()})
     try:
         with anyio.fail_after(60):
             async with McpBridge(kernel, [files_server(sandbox="workspace")]) as bridge:

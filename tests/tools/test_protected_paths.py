@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from toolkernel.codes import ErrorCode, Status
-from toolkernel.testing import make_kernel
+from toolkernel.definition import ExecutionMode
+from toolkernel.testing import EchoAdapter, make_kernel
 
 DEVELOPER = """
 [run]
@@ -410,15 +411,15 @@ def hello() -> str:
     return "hello"
 '''
 
-PROCESS_DEFINITION = """
+API_DEFINITION = """
 name = "team.build"
 version = "1.0"
-description = "Build the project."
-executionMode = "PROCESS"
+description = "Start the project's build on the build service."
+executionMode = "EXTERNAL_API"
 timeoutMs = 1000
 idempotent = false
 [permissions]
-executeCommand = true
+network = true
 [inputSchema]
 type = "object"
 additionalProperties = false
@@ -437,14 +438,15 @@ def kernel_with_tool_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     (ws / "tk_pkg_tools" / "__init__.py").write_text(TOOL_MODULE.format(name="package"))
     (ws / "tk_file_tools.py").write_text(TOOL_MODULE.format(name="module"))
     (ws / "defs").mkdir()
-    (ws / "defs" / "build.toml").write_text(PROCESS_DEFINITION)
+    (ws / "defs" / "build.toml").write_text(API_DEFINITION)
     monkeypatch.syspath_prepend(str(ws))
     for name in ("tk_pkg_tools", "tk_file_tools"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     tools = (
         '[tools]\nmodules = ["tk_pkg_tools", "tk_file_tools"]\ndefinitions = ["defs/build.toml"]\n'
     )
-    built = make_kernel(ws, DEVELOPER + tools)
+    built = make_kernel(ws, DEVELOPER + tools, adapters={ExecutionMode.EXTERNAL_API: EchoAdapter()})
+    assert built.registry.find("team.build") is not None
     yield built
     built.close()
 
