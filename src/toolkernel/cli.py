@@ -211,6 +211,9 @@ def _parser() -> argparse.ArgumentParser:
     tools.add_argument("--state", type=_run_state)
     tools.add_argument("--profile")
     tools.add_argument("--format", choices=("table", "json"), default="table")
+    tools.add_argument(
+        "--all", action="store_true", help="list every registered tool, and why one is hidden"
+    )
     tools.set_defaults(handler=_tools)
 
     ledger = commands.add_parser(
@@ -561,18 +564,36 @@ def _tools(args: argparse.Namespace) -> int:
     with Kernel(config) as kernel:
         run = kernel.start_run(**fields)
 
-        async def listing() -> list[ToolDefinition]:
+        async def listing() -> list[tuple[ToolDefinition, str | None]]:
             async with bridged(kernel, run):
-                return kernel.list_available(run.context)
+                return kernel.exposure_report(run.context)
 
-        definitions = anyio.run(listing)
+        report = anyio.run(listing)
+    shown = report if args.all else [(d, why) for d, why in report if why is None]
     if args.format == "json":
-        return _print_json([d.to_dict() for d in definitions])
+        if args.all:
+            listed = [
+                {"tool": d.to_dict(), "exposed": why is None, "reason": why} for d, why in shown
+            ]
+            return _print_json(listed)
+        return _print_json([d.to_dict() for d, _ in shown])
+    header = ["TOOL", "VERSION", "MODE", "GROUP", "TITLE"]
     rows = [
-        (d.name, d.version, str(d.execution_mode), str(d.concurrency_group), d.title)
-        for d in definitions
+        [d.name, d.version, str(d.execution_mode), str(d.concurrency_group), d.title]
+        for d, _ in shown
     ]
-    _table(("TOOL", "VERSION", "MODE", "GROUP", "TITLE"), rows)
+    if args.all:
+        header.append("EXPOSED")
+        for row, (_, why) in zip(rows, shown, strict=True):
+            row.append("yes" if why is None else f"no: {why}")
+    _table(header, rows)
+    hidden = sorted(d.name for d, why in report if why is not None)
+    if hidden and not args.all:
+        print(
+            f"{len(hidden)} more tools are registered and not exposed now: "
+            f"{printable(', '.join(hidden))}; `toolkernel tools --all` says why.",
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 

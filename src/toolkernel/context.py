@@ -6,9 +6,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from toolkernel.cancel import CancellationToken
+from toolkernel.errors import UsageError
 
 if TYPE_CHECKING:
     from toolkernel.kernel import Kernel
@@ -64,6 +65,28 @@ class RunContext:
     write_scope: tuple[str, ...] = ()
     changed_files: frozenset[str] = frozenset()
 
+    def __post_init__(self) -> None:
+        """Read a state given as its string as the member; refuse one that is none.
+
+        Raises:
+            UsageError: a misspelt state (no rule would match it: the run would be
+                shown no tool and denied every call, with no word why), or a write
+                scope given as one string rather than a list of globs.
+        """
+        for name, kind in _STATES:
+            value = getattr(self, name)
+            if type(value) is not kind:
+                try:
+                    object.__setattr__(self, name, kind(value))
+                except ValueError:
+                    choices = ", ".join(kind)
+                    raise UsageError(f"unknown {name} {value!r}; use {choices}") from None
+        scope = self.write_scope
+        if type(scope) is not tuple:
+            if isinstance(scope, str) or not all(isinstance(glob, str) for glob in scope):
+                raise UsageError(f"write_scope must be a list of globs, not {scope!r}")
+            object.__setattr__(self, "write_scope", tuple(scope))
+
     def evolve(self, **changes: Any) -> RunContext:
         return replace(self, **changes)
 
@@ -76,6 +99,13 @@ class RunContext:
             "approval": str(self.approval),
             "writeScope": list(self.write_scope),
         }
+
+
+_STATES: Final = (
+    ("run_state", RunState),
+    ("verification", VerificationStatus),
+    ("approval", ApprovalState),
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,8 +2,8 @@
 
 A tool is exposed when at least one rule selects it for the run's current state,
 permission profile, verification status and approval state, and the profile grants
-every permission the tool needs. Nothing is exposed by default: with no rules, the
-model sees no tools (the CLI's no-config defaults supply a read-only rule).
+every permission the tool needs. A configuration with no rules gets `DEFAULT_EXPOSURE`:
+every read-only tool.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from fnmatch import fnmatchcase
 from toolkernel.context import ApprovalState, RunContext, RunState, VerificationStatus
 from toolkernel.definition import Permissions, ToolDefinition
 
-__all__ = ["DEFAULT_EXPOSURE", "ExposureRule", "select_exposed"]
+__all__ = ["DEFAULT_EXPOSURE", "ExposureRule", "select_exposed", "why_hidden"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,3 +57,28 @@ def select_exposed(
         for d in definitions
         if not d.permissions.missing_from(granted) and any(r.selects(d, ctx) for r in rules)
     ]
+
+
+def why_hidden(
+    definition: ToolDefinition,
+    rules: Iterable[ExposureRule],
+    ctx: RunContext,
+    granted: Permissions,
+) -> str | None:
+    """Why ``select_exposed`` leaves ``definition`` out under ``ctx``, in the
+    configuration's terms; ``None`` when it does not."""
+    missing = definition.permissions.missing_from(granted)
+    if missing:
+        return f"profile {ctx.profile} lacks {', '.join(missing)}"
+    rules = tuple(rules)
+    if any(rule.selects(definition, ctx) for rule in rules):
+        return None
+    if rules == DEFAULT_EXPOSURE:
+        return (
+            "it is not read-only, and with no [[exposure]] rules configured only "
+            "read-only tools are shown"
+        )
+    return (
+        f"no [[exposure]] rule selects it now (state {ctx.run_state}, profile "
+        f"{ctx.profile}, verification {ctx.verification}, approval {ctx.approval})"
+    )

@@ -76,7 +76,7 @@ from toolkernel.errors import (
     ProcessStopped,
     UsageError,
 )
-from toolkernel.exposure import select_exposed
+from toolkernel.exposure import select_exposed, why_hidden
 from toolkernel.functions import FunctionTool
 from toolkernel.ledger import (
     Event,
@@ -501,7 +501,8 @@ class Kernel:
         """Begin a run; unspecified context fields come from the configuration.
 
         Raises:
-            UsageError: the run id is not 1-128 letters, digits and ``._:@-``.
+            UsageError: the run id is not 1-128 letters, digits and ``._:@-``, or a
+                state, the profile or the write scope is not one this kernel knows.
         """
         run_id = context.run_id if context is not None else fields.get("run_id")
         if run_id is not None:
@@ -514,6 +515,11 @@ class Kernel:
                 "verification": self.config.verification,
             }
             context = RunContext(**{**defaults, **fields})
+        profiles = self.config.policy.profiles
+        if context.profile not in profiles:
+            # It would grant nothing: every call denied, and no word why.
+            known = ", ".join(sorted(profiles))
+            raise UsageError(f"unknown profile {context.profile!r}; known profiles: {known}")
         run = Run(context, max_parallel_reads=self.config.max_parallel_reads)
         if run_id is not None:  # maybe a run continued from an earlier process
             self._restore_spending(run)
@@ -545,6 +551,15 @@ class Kernel:
             return []  # an unknown profile grants nothing: fail closed
         definitions = (tool.definition for tool in self.registry.latest())
         return select_exposed(definitions, self.config.exposure, ctx, profiles[ctx.profile])
+
+    def exposure_report(self, ctx: RunContext) -> list[tuple[ToolDefinition, str | None]]:
+        """Every registered tool (newest version) with why a run in ``ctx`` is not
+        shown it, or ``None`` for the tools ``list_available`` gives."""
+        definitions = [tool.definition for tool in self.registry.latest()]
+        granted = self.config.policy.profiles.get(ctx.profile)
+        if granted is None:
+            return [(d, f"profile {ctx.profile} is not defined") for d in definitions]
+        return [(d, why_hidden(d, self.config.exposure, ctx, granted)) for d in definitions]
 
     def expose(self, run: Run) -> list[ToolDefinition]:
         """Show the run's tools to the model: returns them and records TOOLS_EXPOSED."""

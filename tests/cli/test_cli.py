@@ -103,6 +103,57 @@ def test_tools_lists_the_exposed_tools(capsys, workspace):
     assert "memory.read" in capsys.readouterr().out
 
 
+def test_tools_says_how_many_are_hidden_and_all_says_why(capsys, workspace):
+    # A user who added a tool and does not see it must learn which setting hides it.
+    (workspace / "toolkernel.toml").write_text(
+        "[run]\nprofile = 'developer'\n"
+        "[[exposure]]\nstates = ['EDITING']\ntools = ['shell.*', 'file.*', 'memory.read']\n"
+        "[[exposure]]\ntools = ['repo.search']\n"
+    )
+    assert main(["tools", "--workspace", str(workspace)]) == 0
+    out, err = capsys.readouterr()
+    assert "repo.search" in out
+    assert "shell.run" not in out
+    hidden = "artifact.read, file.patch, file.read, memory.read, policy.explain, shell.run"
+    assert f"7 more tools are registered and not exposed now: {hidden}, verifier.run;" in err
+    assert "toolkernel tools --all" in err
+
+    assert main(["tools", "--all", "--workspace", str(workspace)]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    assert rows["repo.search"].rstrip().endswith("yes")
+    assert (
+        rows["shell.run"]
+        .rstrip()
+        .endswith(
+            "no: no [[exposure]] rule selects it now (state PLANNING, profile developer, "
+            "verification UNKNOWN, approval NONE)"
+        )
+    )
+
+    assert main(["tools", "--all", "--format", "json", "--workspace", str(workspace)]) == 0
+    listed = {t["tool"]["name"]: t for t in json.loads(capsys.readouterr().out)}
+    assert (listed["repo.search"]["exposed"], listed["repo.search"]["reason"]) == (True, None)
+    assert listed["shell.run"]["exposed"] is False
+
+    argv = ["tools", "--all", "--state", "editing", "--profile", "read-only", "--format", "json"]
+    assert main([*argv, "--workspace", str(workspace)]) == 0
+    listed = {t["tool"]["name"]: t for t in json.loads(capsys.readouterr().out)}
+    assert listed["shell.run"]["reason"] == "profile read-only lacks writeWorkspace, executeCommand"
+    assert listed["file.patch"]["reason"] == "profile read-only lacks writeWorkspace"
+    assert listed["file.read"]["exposed"] is True
+
+
+def test_tools_with_no_exposure_rules_says_the_default_shows_read_only_tools(capsys, workspace):
+    (workspace / "toolkernel.toml").write_text("[run]\nprofile = 'developer'\n")
+    argv = ["tools", "--all", "--format", "json", "--workspace", str(workspace)]
+    assert main(argv) == 0
+    listed = {t["tool"]["name"]: t for t in json.loads(capsys.readouterr().out)}
+    assert listed["shell.run"]["reason"] == (
+        "it is not read-only, and with no [[exposure]] rules configured only read-only "
+        "tools are shown"
+    )
+
+
 def test_run_id_continues_one_chain_and_replay_rebuilds_it(capsys, workspace):
     for _ in range(2):
         call(capsys, workspace, "memory.read", "--run", "run-cli")

@@ -6,6 +6,7 @@ import pytest
 
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.context import ApprovalState, RunState, VerificationStatus
+from toolkernel.errors import UsageError
 from toolkernel.functions import tool
 from toolkernel.ledger import EventType
 
@@ -289,3 +290,52 @@ async def test_policy_explain_knows_a_tool_by_the_name_a_provider_was_shown(kern
     assert "repo.lookup is allowed" in spelled.structured_output["explanation"]
     invented = await kernel.call(run, "policy.explain", {"tool": "repo__nothing"})
     assert invented.structured_output["errorCode"] == "UNKNOWN_TOOL"
+
+
+@pytest.mark.parametrize(
+    ("fields", "named", "choices"),
+    [
+        ({"run_state": "EDITNG"}, "run_state 'EDITNG'", "use PLANNING, EXPLORING, EDITING,"),
+        ({"verification": "passed"}, "verification 'passed'", "use UNKNOWN, PENDING, PASSED,"),
+        ({"approval": "YES"}, "approval 'YES'", "use NONE, PENDING, GRANTED, DENIED"),
+        ({"profile": "ful"}, "profile 'ful'", "developer, full, read-only, workspace-write"),
+        ({"write_scope": "src/**"}, "write_scope", "a list of globs"),
+    ],
+)
+def test_a_run_started_with_a_misspelt_field_is_refused_not_shown_nothing(
+    kernel_factory, fields, named, choices
+):
+    # Matched by no rule, it would expose no tool and deny every call, with no word why.
+    kernel = kernel_factory(LIFECYCLE)
+    with pytest.raises(UsageError, match=named) as raised:
+        kernel.start_run(**fields)
+    assert choices in str(raised.value)
+
+
+def test_a_run_moved_to_a_misspelt_state_keeps_its_context(kernel_factory):
+    kernel = kernel_factory(LIFECYCLE)
+    run = kernel.start_run(run_state="EDITING", write_scope=["src/**"])
+    assert run.context.run_state is RunState.EDITING  # the string is read as the member
+    assert run.context.write_scope == ("src/**",)
+    with pytest.raises(UsageError, match="run_state 'VERIFY'"):
+        run.update(run_state="VERIFY")
+    assert run.context.run_state is RunState.EDITING
+    assert "file.write" in names(kernel.list_available(run.context))
+
+
+@pytest.mark.parametrize("state", list(RunState))
+@pytest.mark.parametrize("profile", ["read-only", "workspace-write", "full"])
+@pytest.mark.parametrize("verification", [VerificationStatus.UNKNOWN, VerificationStatus.PASSED])
+@pytest.mark.parametrize("approval", [ApprovalState.NONE, ApprovalState.GRANTED])
+def test_the_exposure_report_says_why_exactly_for_the_tools_not_exposed(
+    kernel_factory, state, profile, verification, approval
+):
+    kernel = kernel_factory(LIFECYCLE)
+    ctx = kernel.start_run(
+        run_state=state, profile=profile, verification=verification, approval=approval
+    ).context
+    exposed = names(kernel.list_available(ctx))
+    report = kernel.exposure_report(ctx)
+    assert sorted(d.name for d, why in report if why is None) == exposed
+    assert len(report) == len(kernel.registry.latest())
+    assert all(why for d, why in report if d.name not in exposed)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -25,7 +26,7 @@ from toolkernel.errors import LedgerError
 from toolkernel.functions import tool
 from toolkernel.ledger import EventType, SqliteLedger
 from toolkernel.mcp import ADMISSION_RUN_ID
-from toolkernel.mcp.gateway import Gateway, build_server
+from toolkernel.mcp.gateway import Gateway, bridged, build_server
 from toolkernel.mcp.gateway_render import PROJECTION_META, RUN_META
 from toolkernel.testing import RecordingApprover, make_kernel
 
@@ -397,3 +398,26 @@ def test_a_server_down_when_serve_starts_is_served_once_it_is_up(tmp_path: Path)
         assert echoed.is_error is False
 
     anyio.run(main)
+
+
+def test_serve_names_the_bridged_tools_its_clients_are_not_shown_and_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Untrusted tools need the network permission, which the default profile lacks.
+    config = (
+        f"[[mcp.servers]]\nname = 'fx'\ncommand = ['{PYTHON}', '{FIXTURE_SERVER}']\n"
+        "tools = ['echo', 'fail']\n"
+    )
+    kernel = make_kernel(tmp_path / "ws", config, workspace_tools=False)
+
+    async def main() -> None:
+        async with bridged(kernel):
+            pass
+
+    with kernel, caplog.at_level(logging.INFO, logger="toolkernel.serve"):
+        anyio.run(main)
+    notes = [r.getMessage() for r in caplog.records if r.name == "toolkernel.serve"]
+    assert notes == [
+        "bridged fx: connected; 2 tools accepted, 6 rejected, 0 held",
+        "bridged fx: clients are not shown fx.echo, fx.fail (profile read-only lacks network)",
+    ]

@@ -1166,7 +1166,14 @@ async def bridged(kernel: Kernel) -> AsyncIterator[object]:
     from toolkernel.mcp.bridge import McpBridge
 
     async with McpBridge(kernel, servers) as bridge:
-        for report in await bridge.connect_all():
+        reports = await bridge.connect_all()
+        # Every session's run starts as the configuration says.
+        hidden = {
+            d.name: why
+            for d, why in kernel.exposure_report(kernel.start_run().context)
+            if why is not None
+        }
+        for report in reports:
             _log.info(
                 "bridged %s: %s; %d tools accepted, %d rejected, %d held",
                 report.server,
@@ -1177,6 +1184,17 @@ async def bridged(kernel: Kernel) -> AsyncIterator[object]:
                 len(report.rejected),
                 len(report.held),
             )
+            unseen: dict[str, list[str]] = {}
+            for name in report.accepted:
+                if name in hidden:
+                    unseen.setdefault(hidden[name], []).append(name)
+            if unseen:
+                # Accepted and never listed: a user would look for the fault in the server.
+                _log.warning(
+                    "bridged %s: clients are not shown %s",
+                    report.server,
+                    printable("; ".join(f"{', '.join(n)} ({why})" for why, n in unseen.items())),
+                )
         yield bridge
 
 
