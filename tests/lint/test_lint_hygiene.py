@@ -97,6 +97,10 @@ CASES = [
     ("D003", _set([*PROPS, "baseHash", "pattern"], "^[0-9a-f]{64}|x$"), None),
     ("D003", _set([*PROPS, "baseHash", "pattern"], "^\\\\*$"), None),
     ("D003", _set([*PROPS, "baseHash", "pattern"], "^[0-9a-f]{64}\\$"), None),
+    # A schema with no type takes any value: a string or an array of any length.
+    ("D003", _set([*PROPS, "diff"], {"description": "The diff."}), "/inputSchema/properties/diff"),
+    ("D003", _set([*PROPS, "diff"], True), "/inputSchema/properties/diff"),
+    ("D003", _set([*PROPS, "labels", "items"], {}), "/inputSchema/properties/labels/items"),
     ("D004", _set([*PROPS, "labels", "maxItems"], _DELETE), "/inputSchema/properties/labels"),
     ("D005", _set([*PROPS, "baseHash"], _DELETE), "/inputSchema"),
     ("D005", _set(["safety"], {}), "/safety/mutating"),
@@ -128,6 +132,34 @@ def test_nested_open_object_is_reported_at_its_own_pointer() -> None:
 @pytest.mark.parametrize("pattern", ["^[0-9a-f]{64}$", "^(sha1|sha256):[*+0-9a-f]{40}$"])
 def test_an_anchored_pattern_without_repetition_bounds_a_string(pattern: str) -> None:
     assert "D003" not in rules(broken(_set([*PROPS, "baseHash", "pattern"], pattern)))
+
+
+def test_an_untyped_property_is_named_as_taking_any_value() -> None:
+    found = rules(broken(_set([*PROPS, "diff"], {"description": "The diff."})))["D003"]
+    assert [(f.pointer, f.message) for f in found] == [
+        (
+            "/inputSchema/properties/diff",
+            "property 'diff' has no type: it takes any value, strings and arrays of any length",
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"$ref": "#/$defs/hash"},
+        {"enum": ["a", 1]},
+        {"const": 3},
+        {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 9}]},
+        {"type": "integer"},
+    ],
+)
+def test_a_schema_that_types_its_values_another_way_is_not_untyped(schema: Any) -> None:
+    def with_defs(defn: dict[str, Any]) -> None:
+        defn["inputSchema"]["$defs"] = {"hash": {"type": "string", "maxLength": 71}}
+        defn["inputSchema"]["properties"]["diff"] = schema
+
+    assert rules(broken(with_defs)) == {}
 
 
 def test_read_only_tool_needs_no_precondition() -> None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
 from toolkernel.lint.findings import Finding, Severity
-from toolkernel.lint.loaders import ToolKind, ToolView
+from toolkernel.lint.loaders import ToolKind, ToolView, escape_token
 from toolkernel.lint.schemas import (
     iter_properties,
     iter_subschemas,
@@ -34,6 +34,10 @@ _NATIVE_NAME: Final = re.compile(r"[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)+")
 _FOREIGN_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:\.|__|_|-|/)[A-Za-z0-9].*")
 
 # Formats whose values have an inherent length bound.
+# A schema with one of these says what its values may be (D002-D004 judge the rest).
+_TYPING: Final = frozenset(
+    {"type", "enum", "const", "$ref", "$dynamicRef", "allOf", "anyOf", "oneOf", "properties"}
+)
 _BOUNDED_FORMATS: Final = frozenset(
     {"date", "time", "date-time", "duration", "uuid", "ipv4", "ipv6", "email", "hostname"}
 )
@@ -67,6 +71,7 @@ def check_hygiene(view: ToolView) -> list[Finding]:
         _description,
         _closed_objects,
         _bounded_strings,
+        _typed_values,
         _bounded_arrays,
         _mutation_precondition,
         _network_permission,
@@ -233,6 +238,37 @@ def _bounded_strings(view: ToolView) -> Iterator[Finding]:
             yield _finding(
                 view, "D003", pointer, f"string {_label(pointer)} has no maxLength (or enum/const)"
             )
+
+
+def _typed_values(view: ToolView) -> Iterator[Finding]:
+    """A value's schema that says nothing of its type takes any value: a string or an
+    array of any length, where D003 and D004 would never look."""
+    for node, pointer in _schema_nodes(view):
+        for child, where in _value_schemas(node, pointer):
+            if child is True or (isinstance(child, Mapping) and _TYPING.isdisjoint(child)):
+                yield _finding(
+                    view,
+                    "D003",
+                    where,
+                    f"property {_label(where)} has no type: it takes any value, strings and "
+                    "arrays of any length",
+                )
+
+
+def _value_schemas(node: Mapping[str, Any], pointer: str) -> Iterator[tuple[Any, str]]:
+    """The schemas ``node`` gives its properties and items (an open object's
+    ``additionalProperties`` is D002's)."""
+    for key in ("properties", "patternProperties"):
+        members = node.get(key)
+        if isinstance(members, Mapping):
+            for name, child in members.items():
+                yield child, f"{pointer}/{key}/{escape_token(name)}"
+    if "items" in node and not isinstance(node["items"], list):
+        yield node["items"], f"{pointer}/items"
+    prefix = node.get("prefixItems")
+    if isinstance(prefix, list):
+        for index, child in enumerate(prefix):
+            yield child, f"{pointer}/prefixItems/{index}"
 
 
 def _bounded_arrays(view: ToolView) -> Iterator[Finding]:
