@@ -33,6 +33,7 @@ __all__ = [
     "ToolDefinition",
     "TrustLevel",
     "load_definitions",
+    "parse_definition_json",
 ]
 
 DEFAULT_TIMEOUT_MS: Final = 30_000
@@ -513,6 +514,28 @@ DEFINITION_SCHEMA: Final[dict[str, Any]] = {
 _DEFINITION_VALIDATOR: Final = compile_schema(DEFINITION_SCHEMA)
 
 
+def parse_definition_json(text: str) -> Any:
+    """Parse a definition document's JSON, refusing an object that repeats a key: one
+    reader keeps the first copy and another the last, so what is checked and what a
+    client shows the model could differ.
+
+    Raises:
+        ValueError: not JSON (a ``JSONDecodeError``), or a key repeated in one object.
+    """
+    return json.loads(text, object_pairs_hook=_once_each)
+
+
+def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data = dict(pairs)
+    if len(data) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"key {key[:60]!r} appears twice in one object")
+            seen.add(key)
+    return data
+
+
 def load_definitions(path: Path) -> list[ToolDefinition]:
     """Load one definition or a list of them from a ``.json`` or ``.toml`` file.
 
@@ -533,8 +556,8 @@ def load_definitions(path: Path) -> list[ToolDefinition]:
             data: Any = tomllib.loads(text)
             data = data.get("tools", data)
         else:
-            data = json.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+            data = parse_definition_json(text)
+    except ValueError as exc:  # TOMLDecodeError and JSONDecodeError are ValueErrors
         raise DefinitionError("", path.name, f"not valid {path.suffix[1:].upper()}: {exc}") from exc
     except RecursionError as exc:
         raise DefinitionError("", path.name, "nested too deeply to read") from exc

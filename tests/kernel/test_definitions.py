@@ -579,3 +579,15 @@ def test_a_definitions_file_tool_runs_through_the_adapter_the_embedder_gave(tmp_
     assert (done.status, done.structured_output) == (Status.SUCCEEDED, {"title": "flaky test"})
     assert refused.error_code is ErrorCode.OUT_OF_BOUNDS
     assert [i.tool.definition.version for i in adapter.invocations] == ["2.0"]
+
+
+def test_a_definitions_file_that_repeats_a_key_is_refused(tmp_path: Path):
+    # One reader keeps the first copy, another the last: which one governs is unclear.
+    path = tmp_path / "tools.json"
+    path.write_text(
+        '{"name": "repo.status", "version": "1.0", "description": "Show the status.",'
+        ' "inputSchema": {"type": "object", "additionalProperties": false,'
+        ' "properties": {"path": {"type": "string"}, "path": {"type": "integer"}}}}'
+    )
+    with pytest.raises(DefinitionError, match="key 'path' appears twice in one object"):
+        load_definitions(path)

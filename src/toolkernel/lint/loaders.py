@@ -9,7 +9,6 @@ rule is written once and reports pointers into the definition exactly as given.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import tomllib
@@ -19,6 +18,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
 
+from toolkernel.definition import parse_definition_json
 from toolkernel.lint.findings import LintInputError
 
 __all__ = [
@@ -281,7 +281,10 @@ def load_path(path: Path) -> Any:
         raise LintInputError("holds NUL bytes: a binary file, not JSON or TOML")
     if not text.strip():
         raise LintInputError("empty file")
-    parsers: dict[str, Callable[[str], Any]] = {"JSON": json.loads, "TOML": tomllib.loads}
+    parsers: dict[str, Callable[[str], Any]] = {
+        "JSON": parse_definition_json,
+        "TOML": tomllib.loads,
+    }
     if path.suffix in {".json", ".toml"}:
         only = path.suffix[1:].upper()
         parsers = {only: parsers[only]}
