@@ -21,7 +21,8 @@ pytestmark = pytest.mark.anyio
 # A raw JSON-RPC stdio server: ``generic`` answers tools/call with error -32000, ``exit``
 # exits mid-call, ``hang`` never answers, ``echo`` answers. Every start appends a line
 # to argv[1]; argv[2] chooses which request besides tools/call gets error -32000:
-# ``initialize``, ``list`` (every tools/list) or ``relist`` (those after the first).
+# ``initialize``, ``list`` (every tools/list) or ``relist`` (those after the first);
+# ``endless`` answers every tools/list with one tool and a cursor to another page.
 RAW_SERVER = """
 import json, os, sys
 
@@ -56,6 +57,8 @@ for line in sys.stdin:
         lists += 1
         if fails == "list" or (fails == "relist" and lists > 1):
             send(mid, error=GENERIC)
+        elif fails == "endless":
+            send(mid, result={"tools": TOOLS[lists % 4:lists % 4 + 1], "nextCursor": str(lists)})
         else:
             send(mid, result={"tools": TOOLS})
     elif method == "tools/call":
@@ -148,3 +151,18 @@ async def test_a_32000_answer_while_connecting_is_reported_as_an_answer(
     assert again.error == report.error
     # A server that failed to start is started afresh; one that answered is kept.
     assert _starts(starts) == (2 if fails == "initialize" else 1)
+
+
+async def test_a_tool_list_whose_pages_never_end_is_a_failed_start_not_a_partial_list(
+    workspace, tmp_path
+):
+    server, _ = _raw_server(tmp_path, "endless")
+    kernel = open_kernel(workspace)
+    with anyio.fail_after(60):
+        async with McpBridge(kernel, [server]) as bridge:
+            (report,) = await bridge.connect_all()
+    assert report.connected is False
+    assert report.accepted == ()
+    assert report.error == (
+        "MCP server raw did not list its tools: its tools/list did not end after 100 pages"
+    )

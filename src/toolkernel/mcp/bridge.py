@@ -150,6 +150,8 @@ __all__ = [
 
 ADMISSION_RUN_ID: Final = "mcp-admission"
 """The ledger run that admission events go to when no run is given."""
+MAX_LIST_PAGES: Final = 100
+"""Pages of a server's tools/list read at most; one that goes on fails to start."""
 MAX_BAD_LINES: Final = 100
 """Lines in a row that a stdio server may write on stdout that are not JSON-RPC; at
 this many it is taken for broken and disconnected."""
@@ -559,7 +561,7 @@ class ServerConnection:
         try:
             with anyio.fail_after(self.config.start_timeout_s):
                 return await list_remote_tools(client)
-        except (MCPError, ValidationError, TimeoutError) as exc:
+        except (MCPError, ValidationError, TimeoutError, EndlessListing) as exc:
             if isinstance(exc, MCPError) and _connection_lost(exc):
                 self.discard(client)
             fault = self._start.fault if self._start is not None else None
@@ -1488,18 +1490,28 @@ def _identity(admission: Admission) -> dict[str, Any]:
     }
 
 
+class EndlessListing(Exception):
+    """A server's tools/list still had a next page after `MAX_LIST_PAGES`."""
+
+
 async def list_remote_tools(client: Client) -> list[dict[str, Any]]:
+    """Every page of the server's tool list.
+
+    Raises:
+        EndlessListing: a paginator that never ends cannot hang admission, and a list
+            cut short would be taken for the server's whole list.
+    """
     tools: list[dict[str, Any]] = []
     cursor: str | None = None
-    for _ in range(100):  # a paginator that never ends cannot hang admission
+    for _ in range(MAX_LIST_PAGES):
         page = await client.list_tools(cursor=cursor, cache_mode="bypass")
         tools.extend(
             t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in page.tools
         )
         cursor = page.next_cursor
         if cursor is None:
-            break
-    return tools
+            return tools
+    raise EndlessListing
 
 
 def _wire(tool: types.Tool) -> dict[str, Any]:
@@ -1574,6 +1586,8 @@ def _network_problem(error: OSError) -> str:
 def _listing_failure(config: ServerConfig, exc: Exception) -> str:
     if isinstance(exc, TimeoutError):
         return f"it did not answer within {config.start_timeout_s:g} s"
+    if isinstance(exc, EndlessListing):
+        return f"its tools/list did not end after {MAX_LIST_PAGES} pages"
     if isinstance(exc, MCPError):
         if _connection_lost(exc):
             return "the connection closed"
