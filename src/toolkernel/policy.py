@@ -370,7 +370,12 @@ def _path_problem(
     deny = _globs(policy.path_deny)
     allow = _globs(policy.path_allow) if policy.path_allow else None
     for path in paths:
-        if deny.matches(path) or (allow is not None and not allow.matches(path)):
+        # A directory is judged by what lies inside it too: "secrets/**" denies a search
+        # of "secrets", and "src/**" allows a command to run in "src".
+        inside = f"{path}/_"
+        if deny.matches(path) or deny.matches(inside):
+            return _deny(ErrorCode.PATH_DENIED, tool=d.name, path=safe_field(path, 120))
+        if allow is not None and not (allow.matches(path) or allow.matches(inside)):
             return _deny(ErrorCode.PATH_DENIED, tool=d.name, path=safe_field(path, 120))
     writes = d.permissions.write_workspace or d.execution_mode is ExecutionMode.SANDBOX_WRITE
     scope_patterns = write_scope(policy, ctx)
@@ -379,7 +384,6 @@ def _path_problem(
     if writes and scope_patterns and d.execution_mode is not ExecutionMode.PROCESS:
         scope = _globs(scope_patterns)
         for path in paths:
-            # A directory is in scope when what is inside it is (cwd "src" for "src/**").
             if not (scope.matches(path) or scope.matches(f"{path}/_")):
                 return _deny(ErrorCode.WRITE_SCOPE_DENIED, tool=d.name, path=safe_field(path, 120))
     return None

@@ -689,6 +689,30 @@ async def test_path_allow_list_limits_reads(kernel_factory):
     )
 
 
+@pytest.mark.parametrize(
+    ("rules", "path", "outcome"),
+    [
+        # A directory is judged by what lies inside it: "src/**" names src's contents.
+        ('path_allow = ["src/**"]', "src", "ALLOWED"),
+        ('path_allow = ["src/**"]', "src/lib", "ALLOWED"),
+        ('path_allow = ["src/**"]', "docs", "DENIED"),
+        ('path_allow = ["src/*.py"]', "src", "DENIED"),
+        ('path_deny = ["secrets/**"]', "secrets", "DENIED"),
+        ('path_deny = ["secrets/**"]', "secrets/keys", "DENIED"),
+        ('path_deny = ["secrets/**"]', "src", "ALLOWED"),
+        ('path_deny = ["secrets/*.key"]', "secrets", "ALLOWED"),
+    ],
+)
+def test_a_directory_path_is_judged_by_the_paths_inside_it(
+    kernel_factory, workspace, rules, path, outcome
+):
+    for directory in ("src/lib", "docs", "secrets/keys"):
+        (workspace / directory).mkdir(parents=True, exist_ok=True)
+    kernel = kernel_factory(f"[policy]\n{rules}\n[[exposure]]\ntools = ['*']\n")
+    explained = kernel.explain(kernel.start_run(), "file.peek", {"path": path})
+    assert explained["outcome"] == outcome, explained
+
+
 async def test_cost_budget_per_run_is_enforced(kernel_factory, calls):
     kernel = kernel_factory(
         """
