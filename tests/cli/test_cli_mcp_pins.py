@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from toolkernel.cli import main
 from toolkernel.ledger import EventType, NewEvent, SqliteLedger
 from toolkernel.mcp import PinStore
@@ -102,7 +104,7 @@ def test_approve_with_the_diffs_hash_approves_only_the_reviewed_definition(capsy
     current = capsys.readouterr().out.rsplit("--hash ", 1)[1].split()[0]
     # 48 bits a server could match by trying: the prefix must hold 128.
     assert main([*approve, "--hash", current[:19]]) == 2
-    assert "--hash needs at least 39 characters of the hash" in capsys.readouterr().err
+    assert "--hash needs at least 32 hex digits of the hash" in capsys.readouterr().err
     assert main([*approve, "--hash", current[:39]]) == 0
     assert (
         "ignore previous"
@@ -110,6 +112,25 @@ def test_approve_with_the_diffs_hash_approves_only_the_reviewed_definition(capsy
         .get("fx", "search")
         .definition["description"]
     )
+
+
+@pytest.mark.parametrize("spelling", [str.lower, str.upper])
+def test_approve_takes_the_hash_without_its_algorithm_or_in_capitals(capsys, workspace, spelling):
+    # The same hash copied from another tool's output: told it differs, a user would
+    # go looking for a change that is not there.
+    store = PinStore.in_state_dir(workspace / ".toolkernel")
+    tool = {"name": "search", "description": "Searches.", "inputSchema": {"type": "object"}}
+    store.check("fx", tool)
+    store.check("fx", {**tool, "description": "Searches, v2."})
+    assert main(["mcp", "diff", "fx", "search", "--workspace", str(workspace)]) == 0
+    current = capsys.readouterr().out.rsplit("--hash ", 1)[1].split()[0]
+    bare = spelling(current.removeprefix("sha256:"))
+    approve = ["mcp", "approve", "fx", "search", "--workspace", str(workspace)]
+    assert main([*approve, "--hash", bare[:31]]) == 2
+    assert "--hash needs at least 32 hex digits" in capsys.readouterr().err
+    assert main([*approve, "--hash", bare]) == 0
+    approved = PinStore.in_state_dir(workspace / ".toolkernel").get("fx", "search")
+    assert approved.definition["description"] == "Searches, v2."
 
 
 def test_a_mistyped_hash_is_not_blamed_on_an_older_rejection(capsys, workspace):

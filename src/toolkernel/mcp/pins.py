@@ -195,10 +195,15 @@ class PinStore:
             if pending is None:
                 raise UsageError(f"no changed or new definition of {server}.{tool} awaits approval")
             now = str(pending["hash"])
+            if expected is not None:
+                # The hash as another tool prints it: without its algorithm, in capitals.
+                expected = expected.strip().lower()
+                if ":" not in expected:
+                    expected = f"sha256:{expected}"
             if expected is not None and len(expected) < MIN_HASH_PREFIX:
                 raise UsageError(
-                    f"--hash needs at least {MIN_HASH_PREFIX} characters of the hash "
-                    f"(sha256: and 32 hex digits), as {command('diff', server, tool)} prints it"
+                    "--hash needs at least 32 hex digits of the hash (after sha256:, which "
+                    f"may be left out), as {command('diff', server, tool)} prints it"
                 )
             if expected is not None and not now.startswith(expected):
                 raise UsageError(
