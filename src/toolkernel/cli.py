@@ -419,9 +419,7 @@ def _run_fields(args: argparse.Namespace, config: Config) -> dict[str, Any]:
     if args.state:
         fields["run_state"] = args.state
     if args.profile is not None:
-        if args.profile not in config.policy.profiles:
-            known = ", ".join(sorted(config.policy.profiles))
-            raise UsageError(f"unknown profile {args.profile!r}; known profiles: {known}")
+        config.policy.check_profile(args.profile)  # before the ledger is opened too
         fields["profile"] = args.profile
     return fields
 

@@ -52,25 +52,20 @@ def select_exposed(
 ) -> list[ToolDefinition]:
     """The definitions the model may see under ``ctx``, in the order given."""
     rules = tuple(rules)
-    return [
-        d
-        for d in definitions
-        if not d.permissions.missing_from(granted) and any(r.selects(d, ctx) for r in rules)
-    ]
+    return [d for d in definitions if why_hidden(d, rules, ctx, granted) is None]
 
 
 def why_hidden(
     definition: ToolDefinition,
-    rules: Iterable[ExposureRule],
+    rules: tuple[ExposureRule, ...],
     ctx: RunContext,
     granted: Permissions,
 ) -> str | None:
-    """Why ``select_exposed`` leaves ``definition`` out under ``ctx``, in the
-    configuration's terms; ``None`` when it does not."""
+    """Why ``definition`` is not exposed under ``ctx``, in the configuration's terms;
+    ``None`` when it is."""
     missing = definition.permissions.missing_from(granted)
     if missing:
         return f"profile {ctx.profile} lacks {', '.join(missing)}"
-    rules = tuple(rules)
     if any(rule.selects(definition, ctx) for rule in rules):
         return None
     if rules == DEFAULT_EXPOSURE:

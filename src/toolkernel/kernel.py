@@ -515,11 +515,7 @@ class Kernel:
                 "verification": self.config.verification,
             }
             context = RunContext(**{**defaults, **fields})
-        profiles = self.config.policy.profiles
-        if context.profile not in profiles:
-            # It would grant nothing: every call denied, and no word why.
-            known = ", ".join(sorted(profiles))
-            raise UsageError(f"unknown profile {context.profile!r}; known profiles: {known}")
+        self.config.policy.check_profile(context.profile)
         run = Run(context, max_parallel_reads=self.config.max_parallel_reads)
         if run_id is not None:  # maybe a run continued from an earlier process
             self._restore_spending(run)

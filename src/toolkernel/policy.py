@@ -28,6 +28,7 @@ from typing import Any, Final
 from toolkernel.codes import ErrorCode, safe_field, safe_message
 from toolkernel.context import RunContext, RunState, VerificationStatus
 from toolkernel.definition import ExecutionMode, Permissions, ToolDefinition
+from toolkernel.errors import UsageError
 from toolkernel.globs import GlobSet, compile_globs, literal_prefix
 
 __all__ = [
@@ -136,6 +137,15 @@ class Policy:
             KeyError: the run names a profile the policy does not define.
         """
         return self.profiles[profile]
+
+    def check_profile(self, profile: str) -> None:
+        """Raises:
+        UsageError: the policy defines no such profile. A run under it would be
+            granted nothing: shown no tool and denied every call, with no word why.
+        """
+        if profile not in self.profiles:
+            known = ", ".join(sorted(self.profiles))
+            raise UsageError(f"unknown profile {profile!r}; known profiles: {known}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,12 +380,7 @@ def _path_problem(
     deny = _globs(policy.path_deny)
     allow = _globs(policy.path_allow) if policy.path_allow else None
     for path in paths:
-        # A directory is judged by what lies inside it too: "secrets/**" denies a search
-        # of "secrets", and "src/**" allows a command to run in "src".
-        inside = f"{path}/_"
-        if deny.matches(path) or deny.matches(inside):
-            return _deny(ErrorCode.PATH_DENIED, tool=d.name, path=safe_field(path, 120))
-        if allow is not None and not (allow.matches(path) or allow.matches(inside)):
+        if _covers(deny, path) or (allow is not None and not _covers(allow, path)):
             return _deny(ErrorCode.PATH_DENIED, tool=d.name, path=safe_field(path, 120))
     writes = d.permissions.write_workspace or d.execution_mode is ExecutionMode.SANDBOX_WRITE
     scope_patterns = write_scope(policy, ctx)
@@ -384,9 +389,15 @@ def _path_problem(
     if writes and scope_patterns and d.execution_mode is not ExecutionMode.PROCESS:
         scope = _globs(scope_patterns)
         for path in paths:
-            if not (scope.matches(path) or scope.matches(f"{path}/_")):
+            if not _covers(scope, path):
                 return _deny(ErrorCode.WRITE_SCOPE_DENIED, tool=d.name, path=safe_field(path, 120))
     return None
+
+
+def _covers(globs: GlobSet, path: str) -> bool:
+    """Whether ``globs`` match ``path`` or, for a directory, what lies inside it:
+    "secrets/**" covers a search of "secrets", "src/**" a command run in "src"."""
+    return globs.matches(path) or globs.matches(f"{path}/_")
 
 
 def _approval_reasons(

@@ -33,11 +33,11 @@ _NATIVE_NAME: Final = re.compile(r"[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)+")
 # ``github_create_issue``, ``git-status``. Lenient on purpose: a warning only.
 _FOREIGN_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:\.|__|_|-|/)[A-Za-z0-9].*")
 
-# Formats whose values have an inherent length bound.
 # A schema with one of these says what its values may be (D002-D004 judge the rest).
 _TYPING: Final = frozenset(
     {"type", "enum", "const", "$ref", "$dynamicRef", "allOf", "anyOf", "oneOf", "properties"}
 )
+# Formats whose values have an inherent length bound.
 _BOUNDED_FORMATS: Final = frozenset(
     {"date", "time", "date-time", "duration", "uuid", "ipv4", "ipv6", "email", "hostname"}
 )

@@ -200,16 +200,16 @@ class PinStore:
                 expected = expected.strip().lower()
                 if ":" not in expected:
                     expected = f"sha256:{expected}"
-            if expected is not None and len(expected) < MIN_HASH_PREFIX:
-                raise UsageError(
-                    "--hash needs at least 32 hex digits of the hash (after sha256:, which "
-                    f"may be left out), as {command('diff', server, tool)} prints it"
-                )
-            if expected is not None and not now.startswith(expected):
-                raise UsageError(
-                    f"the definition of {server}.{tool} awaiting approval is {now}, not "
-                    f"{expected}: run {command('diff', server, tool)} again"
-                )
+                if len(expected) < MIN_HASH_PREFIX:
+                    raise UsageError(
+                        "--hash needs at least 32 hex digits of the hash (after sha256:, which "
+                        f"may be left out), as {command('diff', server, tool)} prints it"
+                    )
+                if not now.startswith(expected):
+                    raise UsageError(
+                        f"the definition of {server}.{tool} awaiting approval is {now}, not "
+                        f"{expected}: run {command('diff', server, tool)} again"
+                    )
             self._approve(server, tool, pending["definition"], pending["hash"])
             self._entry(server, tool).pop("pending", None)
             self._write()
