@@ -236,6 +236,35 @@ async def test_a_git_header_after_the_hunks_is_refused_too(kernel, ws):
     assert (ws / "src" / "app.py").read_text() == ORIGINAL
 
 
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("./src/app.py", "./src/app.py"),  # diff -u ./src/app.py ...
+        ("a/./src/app.py", "b/./src/app.py"),
+        ("src/app.py\t2026-12-01 05:00:00", "./src/app.py\t2026-12-01 05:01:00"),
+    ],
+)
+async def test_headers_naming_the_path_with_a_dot_segment_apply(kernel, ws, old, new):
+    """``./src/app.py`` is the patched path, spelt as ``diff -u ./src/app.py`` writes it."""
+    wanted = ORIGINAL.replace("return 1", "return 2")
+    hunks = "".join(
+        difflib.unified_diff(ORIGINAL.splitlines(True), wanted.splitlines(True), n=1)
+    ).split("\n", 2)[2]
+    diff = f"--- {old}\n+++ {new}\n{hunks}"
+    result = await patch(kernel, path="src/app.py", baseHash=sha(ORIGINAL.encode()), diff=diff)
+    assert result.status is Status.SUCCEEDED, result.safe_message
+    assert (ws / "src" / "app.py").read_text() == wanted
+
+
+async def test_headers_naming_another_file_are_refused_naming_it(kernel, ws):
+    diff = "--- src/app.py\n+++ src/app.py.new\n@@ -6 +6 @@\n-    return 1\n+    return 2\n"
+    result = await patch(kernel, path="src/app.py", baseHash=sha(ORIGINAL.encode()), diff=diff)
+    assert result.error_code is ErrorCode.SCHEMA_VIOLATION
+    assert "'src/app.py.new'" in result.safe_message
+    assert "'src/app.py'" in result.safe_message
+    assert (ws / "src" / "app.py").read_text() == ORIGINAL
+
+
 def test_a_diff_git_line_of_many_spaces_is_read_in_one_pass():
     """The path of ``diff --git a/P b/P`` is found at the middle, not by trying every
     space: a line of 100,000 spaces took minutes that way."""

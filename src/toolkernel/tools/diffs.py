@@ -41,6 +41,7 @@ _C_ESCAPES: Final = {
     '"': '"',
     "\\": "\\",
 }
+_PREFIX: Final = re.compile(r"^(?:[ab]/)?(?:\./)*")
 _CODE_POINTS: Final = 0x110000
 _HIGH: Final = 0x100000  # the first of a line's two characters; the second is below 0x10000
 _GIT_DIFF: Final = "diff --git"
@@ -349,7 +350,9 @@ def _unquote(text: str) -> tuple[str, str] | None:
 
 
 def _strip_prefix(name: str) -> str:
-    return re.sub(r"^[ab]/", "", name)
+    """The path a header names: without git's ``a/``/``b/`` and leading ``./`` (as
+    ``diff -u ./f.txt`` writes it)."""
+    return _PREFIX.sub("", name)
 
 
 class _LineIndex:

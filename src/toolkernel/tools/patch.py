@@ -37,6 +37,7 @@ from toolkernel.dispatch import ToolOutput
 from toolkernel.errors import ToolFailed
 from toolkernel.functions import WorkspacePath, tool
 from toolkernel.pathguard import GuardedPath, PathGuard
+from toolkernel.terminal import printable
 from toolkernel.tools.diffs import PatchError, apply_edits, apply_unified_diff, parse_unified_diff
 from toolkernel.tools.workspace_io import (
     Checkpoint,
@@ -58,6 +59,7 @@ MAX_PATCHED_BYTES: Final = 8 * 1024 * 1024
 
 _HASH: Final = re.compile(r"sha256:[0-9a-f]{64}")
 _NAME: Final = "file.patch"
+_NAME_SHOWN: Final = 80  # characters of a header's file name quoted back
 _UTF16_MARKS: Final = ((codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
 
 
@@ -144,9 +146,16 @@ def check_file_patch(arguments: Mapping[str, Any], guard: PathGuard | None) -> V
     except ValueError:  # a line number longer than int() takes; the kernel must not crash
         return _schema("diff", "a hunk header's line numbers are too long")
     checked = guard.check(str(arguments.get("path", ""))) if guard is not None else None
-    if isinstance(checked, GuardedPath) and names - {checked.relative}:
-        return _schema("diff", "its file headers must name only the patched path")
-    return None
+    if not isinstance(checked, GuardedPath):
+        return None
+    others = sorted(names - {checked.relative})
+    if not others:
+        return None
+    named = ", ".join(f"'{printable(name)[:_NAME_SHOWN]}'" for name in others[:3])
+    return _schema(
+        "diff",
+        f"its file headers name {named}, not the patched path '{printable(checked.relative)}'",
+    )
 
 
 @dataclass(frozen=True, slots=True)
