@@ -1610,12 +1610,14 @@ class Kernel:
         ConfigError naming the key, the entry and the file."""
         code: list[Path] = []
         label = str(self.config.source or "configuration")
+        source = self.config.source
+        places = [self.guard.workspace, *([source.parent] if source is not None else [])]
         for index, module_name in enumerate(self.config.tool_modules):
             where = f"{label}: key 'tools.modules.{index}' ('{module_name}')"
             try:
                 module = importlib.import_module(module_name)
             except Exception as exc:  # the module's own code: any error
-                why = f"{type(exc).__name__}: {exc}"
+                why = _import_problem(exc, module_name, places)
                 raise ConfigError(f"{where}: cannot import it: {why}") from exc
             code.extend(_module_code(module))
             try:
@@ -1641,6 +1643,24 @@ class Kernel:
                 # writable. Python makes it on import unless told not to.
                 with suppress(OSError):
                     path.mkdir(exist_ok=True)
+
+
+def _import_problem(exc: Exception, module_name: str, places: Sequence[Path]) -> str:
+    """Why a ``tools.modules`` entry did not import. For a module that is not on the
+    import path (not one it imports), also how to put it there, and where a module of
+    that name lies that the command does not import from."""
+    missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+    if not missing or not (module_name == missing or module_name.startswith(f"{missing}.")):
+        return f"{type(exc).__name__}: {exc}"
+    top = module_name.split(".", 1)[0]
+    found = [p for place in places for p in (place / f"{top}.py", place / top) if p.exists()]
+    there = f"{found[0]} is there, but " if found else ""
+    return (
+        f"module '{missing}' is not on Python's import path: {there}the toolkernel command "
+        "does not import from the workspace or the config file's directory, where a "
+        "command could replace it. Install it as a package (pip install -e its project) "
+        "or add its directory to PYTHONPATH"
+    )
 
 
 def _module_code(module: ModuleType) -> list[Path]:

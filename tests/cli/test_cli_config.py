@@ -244,6 +244,34 @@ def test_a_broken_tool_source_is_a_config_error_naming_the_key_and_entry(
     assert "InternalError" not in err
 
 
+@pytest.mark.parametrize("beside", [True, False])
+def test_a_module_not_on_the_import_path_says_how_to_put_it_there(capsys, workspace, beside):
+    """The toolkernel command does not import from the workspace (on purpose): a module
+    written beside toolkernel.toml is not found, and the error says why and what to do."""
+    if beside:
+        (workspace / "team_tools.py").write_text("X = 1\n")
+    (workspace / "toolkernel.toml").write_text("[tools]\nmodules = ['team_tools']\n")
+    assert main(["tools", "--workspace", str(workspace)]) == 2
+    err = capsys.readouterr().err
+    assert "key 'tools.modules.0' ('team_tools')" in err
+    assert "not on Python's import path" in err
+    assert "pip install -e" in err
+    assert "PYTHONPATH" in err
+    assert (str(workspace / "team_tools.py") in err) is beside
+
+
+def test_a_missing_module_that_a_tool_module_imports_is_reported_as_its_error(
+    capsys, workspace, monkeypatch
+):
+    (workspace / "team_tools.py").write_text("import no_such_dependency_xyz\n")
+    monkeypatch.syspath_prepend(str(workspace))
+    (workspace / "toolkernel.toml").write_text("[tools]\nmodules = ['team_tools']\n")
+    assert main(["tools", "--workspace", str(workspace)]) == 2
+    err = capsys.readouterr().err
+    assert "No module named 'no_such_dependency_xyz'" in err
+    assert "PYTHONPATH" not in err
+
+
 def data_tool(mode: str) -> str:
     return json.dumps(
         {
