@@ -30,6 +30,7 @@ from toolkernel.sandbox import (
     SandboxUnavailable,
     run_sandboxed,
 )
+from toolkernel.sandbox import process as process_module
 
 NOBODY = 65534
 ENV = {"PATH": "/usr/bin:/bin"}
@@ -177,14 +178,45 @@ def test_a_sandbox_that_cannot_be_set_up_is_unavailable_with_bwraps_message(
     assert not output_dir.exists()
 
 
-def test_a_program_that_does_not_exist_is_the_commands_failure(bwrap: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("unsandboxed", "prlimit"),
+    [(False, True), (True, True), (True, False)],
+    ids=["sandboxed", "unsandboxed", "unsandboxed-without-prlimit"],
+)
+@pytest.mark.parametrize(("program", "status"), [("no-such-program", 127), ("./data.txt", 126)])
+def test_a_program_that_cannot_be_executed_gets_a_shells_status(
+    bwrap: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    unsandboxed: bool,
+    prlimit: bool,
+    program: str,
+    status: int,
+) -> None:
+    """The command's own failure, not the sandbox's: 127 for a program not found and
+    126 for one that cannot be executed, as a shell reports them, whoever starts it
+    (bubblewrap alone reports 1)."""
+    if not prlimit:
+        which = shutil.which
+        monkeypatch.setattr(
+            process_module.shutil,
+            "which",
+            lambda name, *a, **k: None if name == "prlimit" else which(name, *a, **k),
+        )
+    (tmp_path / "data.txt").write_text("not a program\n")
     spec = SandboxSpec(workspace=tmp_path, writable=False, env=ENV)
 
     async def main() -> ProcessOutcome:
         return await run_sandboxed(
-            ["no-such-program"], spec, bwrap=bwrap, timeout_s=30, output_dir=tmp_path / "out"
+            [program],
+            spec,
+            bwrap=bwrap,
+            timeout_s=30,
+            output_dir=tmp_path / "out",
+            unsandboxed=unsandboxed,
         )
 
     outcome = anyio.run(main)
-    assert outcome.exit_code == 1
-    assert "no-such-program" in outcome.stderr_path.read_text()
+    assert outcome.exit_code == status
+    assert program.removeprefix("./") in outcome.stderr_path.read_text()
+    assert "Traceback" not in outcome.stderr_path.read_text()

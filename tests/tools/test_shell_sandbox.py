@@ -108,6 +108,24 @@ async def test_nonzero_exit_is_failed_with_the_output_kept(kernel):
     assert kernel.artifacts.read(stderr_ref.id) == b"bad\n"
 
 
+@pytest.mark.parametrize(
+    ("argv", "status", "meaning"),
+    [
+        (["no-such-program", "--version"], 127, "not found"),
+        (["./notes.txt"], 126, "that cannot be executed"),
+    ],
+)
+async def test_a_program_that_cannot_run_says_so(kernel, ws, argv, status, meaning):
+    (ws / "notes.txt").write_text("not a program\n")
+    run = kernel.start_run()
+    result = await kernel.call(run, "shell.run", {"argv": argv})
+    assert result.error_code is ErrorCode.PROCESS_EXIT_NONZERO
+    assert result.structured_output["exitCode"] == status
+    assert f"exited with status {status} (a shell's status for a program {meaning})" in (
+        result.safe_message
+    )
+
+
 async def test_connecting_to_any_address_fails_when_network_is_denied(kernel):
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]

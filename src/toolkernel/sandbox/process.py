@@ -30,7 +30,8 @@ A sandbox that never ran the command is not reported as the command's exit statu
 bubblewrap reports ``exit-code`` only for a command it executed, so its own failure
 (namespaces refused, a mount it could not make, limits that could not be set) is
 `SandboxUnavailable`, with bubblewrap's message in ``reason``. A program that does
-not exist is the command's failure, reported with bubblewrap's exit status.
+not exist or cannot be executed is the command's failure, with the exit status a
+shell gives it, sandboxed or not: 127 (not found) or 126.
 
 Output is streamed to two owner-only files, ``stdout`` and ``stderr``, in
 ``output_dir`` while the command runs; memory stays bounded by one read chunk.
@@ -39,6 +40,7 @@ Output is streamed to two owner-only files, ``stdout`` and ``stderr``, in
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -113,7 +115,11 @@ if procs is not None:
         sys.exit(f"toolkernel: the command could not join its pids cgroup: {exc}")
 for name, value in pairs.items():
     resource.setrlimit(getattr(resource, name), (int(value),) * 2)
-os.execvp(args[split + 1], args[split + 1 :])
+try:
+    os.execvp(args[split + 1], args[split + 1 :])
+except OSError as exc:
+    print(f"toolkernel: cannot execute {args[split + 1]}: {exc.strerror}", file=sys.stderr)
+    sys.exit(127 if isinstance(exc, FileNotFoundError) else 126)
 """
 
 # bubblewrap's message when a sandbox never ran its command is short; more is not its.
@@ -252,7 +258,9 @@ async def run_sandboxed(
             )
         # _supervise returns only after the process was reaped.
         status = process.returncode if process.returncode is not None else 0
-        failure = None if gate is None else _never_ran(gate, stop, status, sink, argv[0])
+        failure = None
+        if gate is not None:
+            status, failure = _sandbox_ending(gate, stop, status, sink, argv[0])
     if failure is not None:
         _discard(sink, output_dir if created else None)
         raise SandboxUnavailable(failure)
@@ -290,21 +298,27 @@ def _real_effective_saved_uids(pid: int) -> set[int] | None:
     return {int(uid) for uid in line.split()[1:4]} or None
 
 
-def _never_ran(
+def _sandbox_ending(
     gate: _Gate, stop: _Stop | None, status: int, sink: _OutputSink, program: str
-) -> str | None:
-    """Why the sandbox ran no command; ``None`` when it ran one, was stopped, or the
-    program itself could not be executed (not found, not executable: the command's
-    own failure, which bubblewrap reports as exit status 1)."""
+) -> tuple[int, str | None]:
+    """The command's exit status, and why the sandbox ran no command (``None`` when it
+    ran one or was stopped).
+
+    A program that could not be executed (not found, not executable) is the
+    command's own failure, which bubblewrap reports as exit status 1: it gets the
+    status a shell (and ``prlimit``, unsandboxed) gives it, 127 for a program not
+    found and 126 for one that cannot be executed.
+    """
     if stop is _Stop.UNLIMITED:
-        return gate.problem
+        return status, gate.problem
     if stop is not None or status < 0 or gate.command_ran():
-        return None
+        return status, None
     with sink.stderr_path.open("rb") as handle:
         message = handle.read(_MESSAGE_BYTES).decode(errors="replace").strip()
     if message.startswith(f"bwrap: execvp {program}: "):
-        return None
-    return f"bubblewrap ran no command (exit status {status}): {message or 'no message'}"
+        reason = message.removeprefix(f"bwrap: execvp {program}: ")
+        return (127 if reason == os.strerror(errno.ENOENT) else 126), None
+    return status, f"bubblewrap ran no command (exit status {status}): {message or 'no message'}"
 
 
 def _discard(sink: _OutputSink, directory: Path | None) -> None:

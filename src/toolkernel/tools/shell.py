@@ -35,6 +35,13 @@ __all__ = ["check_shell_run", "display_command", "shell_run"]
 
 _NAME: Final = "shell.run"
 
+# What a shell (and the sandbox, like it) means by these statuses; a program may exit
+# with them for its own reasons, hence "a shell's status".
+_SHELL_STATUSES: Final[dict[int | None, str]] = {
+    126: " (a shell's status for a program that cannot be executed)",
+    127: " (a shell's status for a program not found)",
+}
+
 
 @tool(
     _NAME,
@@ -98,7 +105,8 @@ async def shell_run(
         raise ToolFailed(
             safe_message(
                 ErrorCode.PROCESS_EXIT_NONZERO,
-                detail=f"`{shown}` exited with status {result.exit_code}; see stderr and stdout.",
+                detail=f"`{shown}` exited with status {result.exit_code}"
+                f"{_SHELL_STATUSES.get(result.exit_code, '')}; see stderr and stdout.",
             ),
             code=ErrorCode.PROCESS_EXIT_NONZERO,
             output=data,
