@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+import unicodedata
 
 import pytest
 from hypothesis import given
@@ -51,3 +53,17 @@ def test_a_non_finite_number_is_written_as_its_name() -> None:
         "a": "NaN",
         "b": ["Infinity", "-Infinity"],
     }
+
+
+def test_json_text_escapes_every_control_format_separator_and_blank_character() -> None:
+    """Every code point of Unicode's Cc, Cf, Zl, Zp and Cs categories, and every blank
+    but the space: none is written raw (U+00A0 and U+3000 were)."""
+    hiding = [
+        chr(code)
+        for code in range(0x20, sys.maxunicode + 1)
+        if unicodedata.category(chr(code)) in {"Cc", "Cf", "Zl", "Zp", "Cs"}
+        or (unicodedata.category(chr(code)) == "Zs" and code != 0x20)
+    ]
+    assert len(hiding) > 2000
+    shown = json_text("".join(hiding))
+    assert [char for char in hiding if char in shown] == []

@@ -43,16 +43,20 @@ def _python_escape(char: str) -> str:
 
 # What json.dumps(ensure_ascii=False) leaves raw that a terminal acts on or hides: C1
 # controls (U+009B is a CSI), bidi and other format characters, line and paragraph
-# separators, lone surrogates, and non-ASCII blanks (U+3164, U+2028). JSON escapes
+# separators, lone surrogates, and non-ASCII blanks (U+00A0, U+3164, U+2028): every
+# character of Unicode's Cc, Cf, Zl and Zp categories and every blank but the space,
+# and the fillers that render blank. JSON escapes
 # U+0000 to U+001F itself.
 _UNPRINTABLE: Final = re.compile(
-    "[\x7f-\x9f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f"
-    "\u2000-\u200f\u2028-\u202f\u205f-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0"
-    "\ufff0-\ufffb\ud800-\udfff\U000e0000-\U000e0fff\U000f0000-\U0010ffff]"
+    "[\x7f-\xa0\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2"
+    "\u115f\u1160\u1680\u17b4\u17b5\u180b-\u180f\u2000-\u200f\u2028-\u202f"
+    "\u205f-\u206f\u3000\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb\ud800-\udfff"
+    "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0000-\U000e0fff\U000f0000-\U0010ffff]"
 )
 
 
-def json_text(value: Any, *, indent: int | None = None) -> str:
+def json_text(value: Any, *, indent: int | None = None, sort_keys: bool = False) -> str:
     """``value`` as JSON, readable (non-ASCII letters stay as they are) but with every
     character a terminal would act on or hide written as a ``\\uXXXX`` escape.
 
@@ -60,9 +64,13 @@ def json_text(value: Any, *, indent: int | None = None) -> str:
     string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``, which every JSON reader reads.
     """
     try:
-        text = json.dumps(value, ensure_ascii=False, indent=indent, allow_nan=False)
+        text = json.dumps(
+            value, ensure_ascii=False, indent=indent, sort_keys=sort_keys, allow_nan=False
+        )
     except ValueError:
-        text = json.dumps(_finite(value), ensure_ascii=False, indent=indent, allow_nan=False)
+        text = json.dumps(
+            _finite(value), ensure_ascii=False, indent=indent, sort_keys=sort_keys, allow_nan=False
+        )
     return _UNPRINTABLE.sub(_escaped, text)
 
 
