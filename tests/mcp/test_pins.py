@@ -7,11 +7,15 @@ import shlex
 import stat
 import subprocess
 import sys
+import unicodedata
+import uuid
 from pathlib import Path
 
 import anyio
 import pytest
 from fixtures.bridge_support import events_of, fixture_server, open_kernel
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from toolkernel.codes import ErrorCode, Status
 from toolkernel.errors import ConfigError, UsageError
@@ -69,6 +73,47 @@ def test_a_changed_definition_waits_for_approval_and_diffs_readably(tmp_path):
     assert store.check("srv", changed).verdict is PinVerdict.MATCH
     with pytest.raises(UsageError):
         diff_pins(store, "srv", "search")
+
+
+@pytest.mark.parametrize("hidden", ["\u200b", "\u202e", "\u2066", "\U000e0041", "\x9b"])
+def test_a_change_a_reader_cannot_see_is_shown_escaped_in_the_diff(tmp_path, hidden):
+    """A zero-width, bidi, tag or C1 character would reach the reviewer's terminal raw:
+    invisible, or reordering the line it is in. The diff shows it as an escape."""
+    store = PinStore(tmp_path / PIN_FILENAME)
+    store.check("srv", TOOL)
+    store.check("srv", {**TOOL, "description": f"Searches{hidden} the index."})
+    diff = diff_pins(store, "srv", "search")
+    assert hidden not in diff
+    escaped = json.dumps(hidden)[1:-1]
+    assert f'+  "description": "Searches{escaped} the index.",' in diff
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(max_size=40))
+def test_no_diff_line_carries_a_character_a_terminal_acts_on_or_hides(tmp_path, text):
+    store = PinStore(tmp_path / f"{uuid.uuid4().hex}.json")
+    store.check("srv", TOOL)
+    store.check("srv", {**TOOL, "description": text, "title": text})
+    diff = diff_pins(store, "srv", "search")
+    for char in diff:
+        assert char == "\n" or not (
+            unicodedata.category(char) in {"Cc", "Cf", "Zl", "Zp", "Cs"}
+            or (unicodedata.category(char) == "Zs" and char != " ")
+        ), repr(char)
+
+
+def test_a_look_alike_letter_in_a_changed_line_is_named(tmp_path):
+    store = PinStore(tmp_path / PIN_FILENAME)
+    store.check("srv", TOOL)
+    # Cyrillic a and fullwidth S: the line reads as before.
+    store.check("srv", {**TOOL, "description": "\uff33e\u0430rches the index."})
+    diff = diff_pins(store, "srv", "search")
+    assert "U+0430 CYRILLIC SMALL LETTER A, which looks like 'a'" in diff
+    assert "U+FF33 FULLWIDTH LATIN CAPITAL LETTER S, which looks like 'S'" in diff
+    plain = PinStore(tmp_path / "other.json")
+    plain.check("srv", TOOL)
+    plain.check("srv", {**TOOL, "description": "Durchsucht den Index (schnell, für Café)."})
+    assert "looks like" not in diff_pins(plain, "srv", "search")
 
 
 def test_strict_servers_hold_new_tools_until_approved(tmp_path):

@@ -44,6 +44,7 @@ __all__ = [
     "MAX_TEXT_CHARS",
     "TextBudget",
     "check_poisoning",
+    "latin_look_alike",
     "scan_text",
 ]
 
@@ -841,6 +842,16 @@ _EMPHASIS: Final = re.compile(r"(?<!\w)_+(?=\w)|(?<=[^\W_])_+(?!\w)")
 # An identifier (a parameter name, an enum value) read as the words it is made of.
 _IDENTIFIER: Final = re.compile(r"[\w$-]{3,200}")
 _WORD_JOINS: Final = re.compile(r"[_-]+|(?<=[a-z0-9])(?=[A-Z])")
+
+
+def latin_look_alike(char: str) -> str | None:
+    """The Latin letter or digit ``char`` is made to look like (U+0430 Cyrillic a →
+    ``a``, U+FF33 fullwidth S → ``S``); ``None`` for ASCII and for what looks like no
+    ASCII letter alone (``é``, ``ß``, ``ж``)."""
+    if char.isascii():
+        return None
+    folded = unicodedata.normalize("NFKD", char.translate(_FOLD))
+    return folded if len(folded) == 1 and folded.isascii() and folded.isalnum() else None
 
 
 def check_poisoning(view: ToolView, budget: TextBudget | None = None) -> list[Finding]:

@@ -24,6 +24,7 @@ import json
 import os
 import secrets
 import shlex
+import unicodedata
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ from typing import Any, Final
 from toolkernel.calls import timestamp
 from toolkernel.canonical import sha256_of
 from toolkernel.errors import ConfigError, UsageError
+from toolkernel.lint.poisoning import latin_look_alike
+from toolkernel.terminal import json_text
 
 __all__ = [
     "MIN_HASH_PREFIX",
@@ -296,7 +299,8 @@ def diff_pins(store: PinStore, server: str, tool: str) -> str:
         old, new, old_label, f"{label} (pending {str(pending['hash'])[:19]})", lineterm=""
     )
     approve = f"{command('approve', server, tool)} --hash {pending['hash']}"
-    return "\n".join(lines) + f"\n\nto approve exactly this definition: {approve}\n"
+    notes = _look_alikes(old, new)
+    return "\n".join([*lines, *notes]) + f"\n\nto approve exactly this definition: {approve}\n"
 
 
 def command(verb: str, server: str, tool: str) -> str:
@@ -315,8 +319,27 @@ def approve_pin(state_dir: Path, server: str, tool: str, *, expected: str | None
 
 
 def _pretty(definition: Mapping[str, Any]) -> list[str]:
-    # One key per line with sorted keys: a changed word shows as one changed line.
-    return json.dumps(definition, indent=2, sort_keys=True, ensure_ascii=False).splitlines()
+    # One key per line with sorted keys: a changed word shows as one changed line. What
+    # a terminal would hide or act on (zero-width, bidi, tag characters) is escaped.
+    return json_text(definition, indent=2, sort_keys=True).splitlines()
+
+
+def _look_alikes(old: list[str], new: list[str]) -> list[str]:
+    """A line for each letter in the pending definition's new lines that is made to look
+    like a Latin one: the diff shows it as the letter it imitates."""
+    kept = set(old)
+    notes = []
+    for number, line in enumerate(new, start=1):
+        if line in kept:
+            continue
+        for char in dict.fromkeys(line):
+            latin = latin_look_alike(char)
+            if latin is not None:
+                name = unicodedata.name(char, "unnamed")
+                notes.append(f"line {number}: U+{ord(char):04X} {name}, which looks like '{latin}'")
+    if not notes:
+        return []
+    return ["", "letters in the pending lines that look like others:", *notes]
 
 
 def _stamp_of(path: Path) -> _Stamp | None:
