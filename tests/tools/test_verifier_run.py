@@ -282,6 +282,16 @@ async def test_a_command_without_a_report_passes_on_its_exit_status(ws):
     assert result.structured_output["passed"] is True
 
 
+async def test_a_command_that_fails_on_stderr_alone_shows_its_tail(ws):
+    """`python -m pytest` where pytest is missing says so on stderr only: the model sees
+    it in the result, without reading the artifact."""
+    script = "import sys; print('starting'); sys.exit('No module named pytest')"
+    result = await verify(ws, SandboxSettings(test_command=("python", "-c", script)))
+    assert result.status is Status.FAILED
+    assert result.structured_output["stderrTail"].strip() == "No module named pytest"
+    assert result.structured_output["stdoutTail"].strip() == "starting"
+
+
 async def test_a_command_without_a_report_does_not_pass_when_its_output_names_failures(ws):
     printed = "print('FAILED tests/test_client.py::test_bad - assert 1 == 2')"
     result = await verify(ws, SandboxSettings(test_command=("python", "-c", printed)))

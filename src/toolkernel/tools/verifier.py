@@ -372,6 +372,7 @@ def _output(
         "moreErrors": max(0, len(report.entries) - MAX_ENTRIES),
         "reportSource": report.source,
         "stdoutTail": result.stdout.tail or result.stdout.head,
+        "stderrTail": result.stderr.tail or result.stderr.head,
         "sandboxed": result.sandboxed,
         "artifacts": [ref.to_dict() for ref in artifacts],
     }
