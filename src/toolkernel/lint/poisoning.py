@@ -156,17 +156,21 @@ _FROM_PRINCIPAL: Final = (
     r"\b(?:message|note|instructions?|request|order)s?\s+from\s+(?:the\s+|your\s+)?"
     r"(?:user|developer|administrator|admin|system|operator|owner)\b"
 )
+# A secret the model has no business handing to a tool: an environment variable that
+# holds one (GITHUB_TOKEN, OPENAI_API_KEY, $DB_PASSWORD), or a .env file, but not the
+# .env.example that documents it.
+_ENV_CREDENTIAL: Final = (
+    r"(?-i:\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*_(?:TOKEN|SECRET|PASSWORD|PASSWD|PAT|API_?KEY|"
+    r"ACCESS_KEY|SECRET_KEY|PRIVATE_KEY|CREDENTIALS?)\b)"
+    r"|(?<!\w)\.env\b(?!\.(?:example|sample|template|dist|defaults?)\b)"
+)
+_ARGUMENT: Final = r"\b(?:argument|parameter|param|field|arg|property|input)s?\b"
 _CREDENTIAL: Final = (
     r"\bapi[ _-]?keys?\b|\baccess[ _-]?tokens?\b|\bsecret[ _-]?keys?\b|"
     r"\bprivate[ _-]?keys?\b|\bpasswords?\b(?![ -](?:reset|recovery|change|policy|strength|"
     r"requirements|expiry|expiration)\b)|\bpassphrases?\b|\bcredentials?\b|"
     r"\bsecrets\b|\bsession[ _-]?cookies\b|\bauth(?:entication)?[ _-]?tokens?\b|"
-    r"\bbearer[ _-]?tokens?\b|\benvironment\s+variables\b"
-    # An environment variable that holds one: GITHUB_TOKEN, OPENAI_API_KEY, $DB_PASSWORD.
-    r"|(?-i:\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*_(?:TOKEN|SECRET|PASSWORD|PASSWD|PAT|API_?KEY|"
-    r"ACCESS_KEY|SECRET_KEY|PRIVATE_KEY|CREDENTIALS?)\b)"
-    # A .env file, but not the .env.example that documents it.
-    r"|(?<!\w)\.env\b(?!\.(?:example|sample|template|dist|defaults?)\b)"
+    r"\bbearer[ _-]?tokens?\b|\benvironment\s+variables\b|" + _ENV_CREDENTIAL
 )
 # What a tool has no reason to have the model carry into an argument or send away:
 # credentials, the agent's own context, and files named outright (notes.txt, ~/x, .env).
@@ -385,6 +389,41 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
             r"excluded|never)\b)"
         ),
         "asks to read or pass on credentials",
+    ),
+    _Pattern(
+        "P102",
+        _E,
+        _rx(
+            # "Provide the user's OPENAI_API_KEY in the context field", "set the token
+            # argument to the value of GITHUB_TOKEN": a secret of the environment carried
+            # into a call, where the server would read its own.
+            r"\b(?:pass|put|provide|supply|insert|add|fill|place|set|use|copy|paste)\w*\s+"
+            + _gap(40)
+            + rf"(?:{_ENV_CREDENTIAL})"
+            + _gap(40)
+            + r"\b(?:in|into|as|for|to|inside|within)\b"
+            + _gap(20)
+            + _ARGUMENT
+            + r"|\b(?:set|fill|populate)\w*\s+"
+            + _gap(40)
+            + _ARGUMENT
+            + _gap(20)
+            + r"\b(?:to|with)\b"
+            + _gap(40)
+            + rf"(?:{_ENV_CREDENTIAL})"
+        ),
+        "asks to carry an environment secret into an argument",
+    ),
+    _Pattern(
+        "P102",
+        _W,
+        _rx(
+            r"\bask\s+(?:the\s+user|them|the\s+human)\s+(?:for|to\s+(?:enter|type|give|"
+            r"provide|share))\s+(?:their|his|her|the|your|a)\s+(?:\w+\s+)?(?:password|passphrase|"
+            r"credentials|secret|seed\s+phrase|recovery\s+phrase|private\s+key|one-time\s+code|"
+            r"2fa\s+code|pin)\b"
+        ),
+        "tells the model to ask the user for a secret",
     ),
     # P103: data leaving through a literal destination or a smuggling argument.
     _Pattern(
