@@ -195,7 +195,17 @@ _FETCH_AND_RUN: Final = (
     r"|\b(?:iex|invoke-expression)\b[^\n]{0,40}?\b(?:irm|iwr|invoke-restmethod|"
     r"invoke-webrequest|downloadstring)\b)"
 )
-_SEND_TARGET: Final = rf"\b(?:to|at|via)\s+(?:{_EMAIL}|{_URL})"
+# A host named without a scheme (collector.evil-analytics.com, logs.attacker.net:8443):
+# labels ending in a common top-level domain, so that file names (notes.txt, run.sh)
+# are not hosts.
+_HOST: Final = (
+    r"(?<![\w@.-])(?>(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+(?:com|net|org|io|co|ai|app|"
+    r"dev|xyz|ru|cn|top|info|biz|me|cc|tk|site|online|cloud|link|us|uk|de|su|pw|ws))"
+    r"(?::\d{1,5})?(?![\w-]|\.[a-z0-9])"
+)
+# "at" names a place as often as a destination ("docs at help.example.com"): a host
+# without a scheme is a destination after "to" or "via" only.
+_SEND_TARGET: Final = rf"(?:\b(?:to|at|via)\s+(?:{_EMAIL}|{_URL})|\b(?:to|via)\s+{_HOST})"
 
 
 @dataclass(frozen=True, slots=True)
