@@ -201,7 +201,7 @@ def test_the_approval_form_escapes_what_would_hide_or_reorder_text() -> None:
     form = approval_form("demo.tool\u202e", "1.0", {"target": target}, ["held\u202e"])
     assert not {"\u2028", "\u202e", "\x9b"} & set(form.message)
     assert "\\u2028\\u2028\\u2028(harmless)\\u202e\\u009b2J" in form.message
-    assert "demo.tool\\u202e 1.0" in form.message
+    assert "demo.tool\\u202e (version 1.0)" in form.message
 
 
 def test_a_failed_elicitation_is_approval_required_not_a_users_refusal(served: Path) -> None:

@@ -144,7 +144,8 @@ def test_a_truncated_output_that_breaks_the_schema_is_not_sent_as_structured_con
 
 def test_the_approval_form_shows_the_tool_and_its_full_arguments() -> None:
     form = approval_form("demo.tool", "2.0", {"path": "a.txt", "n": 3}, ["it is destructive"])
-    assert "demo.tool 2.0" in form.message
+    # The version reads as the tool's, not as one more argument ("run demo.tool 2.0").
+    assert "run demo.tool (version 2.0), which" in form.message
     assert "it is destructive" in form.message
     assert '"path": "a.txt"' in form.message
     assert form.requested_schema["properties"]["approve"]["type"] == "boolean"
@@ -197,4 +198,10 @@ def test_only_an_accepted_true_approves(action: str, content: Any, approved: boo
     from toolkernel.mcp.gateway_approval import decide
 
     answer = types.ElicitResult(action=action, content=content)  # type: ignore[arg-type]
-    assert decide(answer).approved is approved
+    decision = decide(answer)
+    assert decision.approved is approved
+    # The ledger's reason says what the user did, not "accept" for a refusal.
+    if action == "accept" and not approved:
+        assert decision.note == "user accepted the form without approving the call"
+    else:
+        assert decision.note == f"user answered {action}"

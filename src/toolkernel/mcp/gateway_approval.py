@@ -78,7 +78,7 @@ def approval_form(
     """
     shown = json_text(_sorted(arguments), indent=2)
     why = "; ".join(printable(reason) for reason in reasons) or "the policy asks for approval"
-    label = printable(f"{tool} {version}" if version else tool)
+    label = printable(f"{tool} (version {version})" if version else tool)
     message = (
         f"toolkernel: the agent wants to run {label}, which needs your approval ({why}).\n"
         f"Arguments:\n{shown}\n"
@@ -189,4 +189,8 @@ def decide(answer: types.ElicitResult) -> ApprovalDecision:
     anything else (decline, cancel, no content, ``"no"``, a missing field) rejects."""
     content = answer.content or {}
     approved = answer.action == "accept" and content.get("approve") is True
+    if answer.action == "accept" and not approved:
+        return ApprovalDecision(
+            False, APPROVER_NAME, "user accepted the form without approving the call"
+        )
     return ApprovalDecision(approved, APPROVER_NAME, f"user answered {answer.action}")
