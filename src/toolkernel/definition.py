@@ -526,13 +526,11 @@ def parse_definition_json(text: str) -> Any:
 
 
 def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    data = dict(pairs)
-    if len(data) < len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise ValueError(f"key {key[:60]!r} appears twice in one object")
-            seen.add(key)
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise ValueError(f"key {key[:60]!r} appears twice in one object")
+        data[key] = value
     return data
 
 

@@ -1609,8 +1609,8 @@ class Kernel:
         """Register ``tools.modules`` and ``tools.definitions``; what fails is a
         ConfigError naming the key, the entry and the file."""
         code: list[Path] = []
-        label = str(self.config.source or "configuration")
         source = self.config.source
+        label = str(source or "configuration")
         places = [self.guard.workspace, *([source.parent] if source is not None else [])]
         for index, module_name in enumerate(self.config.tool_modules):
             where = f"{label}: key 'tools.modules.{index}' ('{module_name}')"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from functools import partial
 from typing import Any, Final
 
 __all__ = ["json_text", "printable"]
@@ -63,14 +64,13 @@ def json_text(value: Any, *, indent: int | None = None, sort_keys: bool = False)
     Strict JSON: a NaN or infinity (only an edited ledger holds one) is written as the
     string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``, which every JSON reader reads.
     """
+    dump = partial(
+        json.dumps, ensure_ascii=False, indent=indent, sort_keys=sort_keys, allow_nan=False
+    )
     try:
-        text = json.dumps(
-            value, ensure_ascii=False, indent=indent, sort_keys=sort_keys, allow_nan=False
-        )
+        text = dump(value)
     except ValueError:
-        text = json.dumps(
-            _finite(value), ensure_ascii=False, indent=indent, sort_keys=sort_keys, allow_nan=False
-        )
+        text = dump(_finite(value))
     return _UNPRINTABLE.sub(_escaped, text)
 
 

@@ -1093,16 +1093,21 @@ def _raw_checks(text: str) -> Iterator[tuple[str, Severity, str]]:
 
 
 def _markup(text: str) -> Iterator[tuple[str, Severity, str]]:
-    for regex, what in (
-        (_COMMENT, "a markup comment"),
-        (_INSTRUCTION_TAG, "an instruction tag"),
+    for find, what in (
+        (_COMMENT.search, "a markup comment"),
+        (_instruction_tag, "an instruction tag"),
     ):
-        match = regex.search(text) or (regex is _INSTRUCTION_TAG and _framing_tag(text))
+        match = find(text)
         if match:
             yield "P106", _E, f"holds {what}: {_quote(match.group(0))}"
 
 
-def _framing_tag(text: str) -> re.Match[str] | None:
+def _instruction_tag(text: str) -> re.Match[str] | None:
+    """A tag named as an instruction (<instructions>, <system-note>), or any other
+    upper-case tag that frames words."""
+    found = _INSTRUCTION_TAG.search(text)
+    if found:
+        return found
     for match in _FRAMING_TAG.finditer(text):
         if _WORDS.search(text, match.end(), text.find("<", match.end())):
             return match
