@@ -197,10 +197,11 @@ _FETCH_AND_RUN: Final = (
 )
 # A host named without a scheme (collector.evil-analytics.com, logs.attacker.net:8443):
 # labels ending in a common top-level domain, so that file names (notes.txt, run.sh)
-# are not hosts.
+# are not hosts, or in such a domain under a country's (evil.com.au, example.co.uk).
 _HOST: Final = (
     r"(?<![\w@.-])(?>(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+(?:com|net|org|io|co|ai|app|"
-    r"dev|xyz|ru|cn|top|info|biz|me|cc|tk|site|online|cloud|link|us|uk|de|su|pw|ws))"
+    r"dev|xyz|ru|cn|top|info|biz|me|cc|tk|site|online|cloud|link|us|uk|de|su|pw|ws)"
+    r"(?:\.[a-z]{2})?)"
     r"(?::\d{1,5})?(?![\w-]|\.[a-z0-9])"
 )
 # "at" names a place as often as a destination ("docs at help.example.com"): a host
