@@ -328,6 +328,29 @@ async def test_a_file_with_a_line_past_the_output_cap_does_not_fail_the_search(t
     assert result.structured_output["truncated"] is True
 
 
+async def test_counts_from_output_the_cap_cut_are_told_as_lower_bounds(tmp_path):
+    """Past the output cap, ripgrep's totals are lost: the counts are of what was kept,
+    and the result says so rather than give them as the whole."""
+    (tmp_path / "many.txt").write_text("".join(f"line {i} TODO item\n" for i in range(5000)))
+    kernel = make_kernel(
+        tmp_path, "[sandbox.limits]\nmax_output_bytes = 100000\n", workspace_tools=False
+    )
+    assert install(kernel) is not None
+    try:
+        cut = await search(kernel, query="TODO", maxResults=1)
+        whole = await search(kernel, query="line 42 ")
+    finally:
+        kernel.close()
+    out = cut.structured_output
+    assert 0 < out["totalMatches"] < 5000
+    assert out["countsComplete"] is False
+    assert f"at least {out['totalMatches']} matches" in cut.safe_message
+    assert "output cap" in cut.safe_message
+    assert whole.structured_output["countsComplete"] is True
+    assert whole.structured_output["totalMatches"] == 1
+    assert "at least" not in whole.safe_message
+
+
 TOKEN = "ghp_" + "R8kT3mZq9XwL2vN7pB4sY6dF1hJ0cE5aG8uK"
 PASSWORD = "S3cr3t-P4ss-2024-Vx9"
 

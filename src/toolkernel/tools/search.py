@@ -145,15 +145,18 @@ async def repo_search(
     )
     truncated = len(found.matches) > maxResults or result.output_truncated
     matches = found.matches[:maxResults]
+    # Past the output cap ripgrep's totals are lost: the counts are of what was kept.
+    complete = not result.output_truncated
     data = {
         "query": query,
         "matches": matches,
         "totalMatches": found.total,
         "filesWithMatches": found.files,
+        "countsComplete": complete,
         "truncated": truncated,
         "sandboxed": result.sandboxed,
     }
-    summary = _summary_text(query, found.total, found.files, len(matches), truncated)
+    summary = _summary_text(query, found, len(matches), truncated, complete)
     return ToolOutput(data, summary, (found.artifact,) if found.artifact else ())
 
 
@@ -448,14 +451,18 @@ def _preview(line: str, column: int, redactor: Redactor) -> str:
     return ("…" if start else "") + cut + ("…" if end < len(line) else "")
 
 
-def _summary_text(query: str, total: int, files: int, shown: int, truncated: bool) -> str:
+def _summary_text(query: str, found: _Found, shown: int, truncated: bool, complete: bool) -> str:
     shown_query = query if len(query) <= 80 else query[:79] + "…"
-    if total == 0 and shown == 0:
+    total, files = found.total, found.files
+    if total == 0 and shown == 0 and complete:
         return f"No matches for '{shown_query}'."
+    at_least = "" if complete else "at least "
     text = (
-        f"Found {total} match{'es' if total != 1 else ''} for '{shown_query}' "
-        f"in {files} file{'s' if files != 1 else ''}."
+        f"Found {at_least}{total} match{'es' if total != 1 else ''} for '{shown_query}' "
+        f"in {at_least}{files} file{'s' if files != 1 else ''}."
     )
+    if not complete:
+        text += " ripgrep's output passed the output cap, so the counts stop there."
     if truncated:
         text += f" Showing the first {shown}; narrow the query or pathGlobs for the rest."
     return text
