@@ -94,7 +94,7 @@ from toolkernel.redaction import Redactor
 from toolkernel.registry import RegisteredTool, Registry
 from toolkernel.replay import RecordedResults
 from toolkernel.run import Run, ToolCall, check_run_id
-from toolkernel.state import check_placement, state_globs
+from toolkernel.state import check_placement, prepare_state, state_globs
 from toolkernel.terminal import printable
 from toolkernel.tracing import record_tool_span
 from toolkernel.validation import ValidationResult, Violation, validate
@@ -354,6 +354,7 @@ class Kernel:
         self.config = config or Config.default()
         self.registry = Registry()
         check_placement(self.config)
+        prepare_state(self.config)
         self.guard = PathGuard(
             self.config.workspace,
             forbidden=(*self.config.forbidden_paths, *state_globs(self.config)),

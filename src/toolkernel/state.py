@@ -12,11 +12,22 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Final
 
 from toolkernel.config import Config
 from toolkernel.errors import ConfigError
 
-__all__ = ["check_placement", "state_globs", "state_paths"]
+__all__ = ["check_placement", "prepare_state", "state_globs", "state_paths"]
+
+# Written into the state directory when the runtime makes it: git skips the directory
+# (artifacts hold unredacted output), and a later start knows the directory is its own.
+_MARKER: Final = ".gitignore"
+_MARKER_TEXT: Final = (
+    "# toolkernel's state (ledger, artifacts of unredacted output, pins): never commit it.\n*\n"
+)
+# What releases before the marker left in a state directory: it is theirs too.
+_OWN_NAMES: Final = frozenset({"ledger.db", "artifacts", "mcp-pins.json"})
+_NAMES_SHOWN: Final = 3
 
 
 def check_placement(config: Config) -> None:
@@ -32,9 +43,24 @@ def check_placement(config: Config) -> None:
     # Named as every configuration error is: the file, then the key.
     where = f"{config.source}: key " if config.source is not None else ""
     workspace = _resolved(config.workspace, "workspace")
-    if _resolved(config.state_dir, "state_dir") == workspace:
+    too_wide = _too_wide(workspace)
+    if too_wide is not None:
+        raise ConfigError(
+            f"{where}'workspace': cannot use '{workspace}' ({too_wide}): everything in the "
+            "workspace is the model's to read and search; use the project's own directory"
+        )
+    state_dir = _resolved(config.state_dir, "state_dir")
+    if state_dir == workspace:
         raise ConfigError(
             f"{where}'state_dir': the state needs a directory of its own, not the workspace"
+        )
+    foreign = _foreign_entries(state_dir)
+    if foreign:
+        shown = ", ".join(foreign[:_NAMES_SHOWN]) + (", …" if len(foreign) > _NAMES_SHOWN else "")
+        raise ConfigError(
+            f"{where}'state_dir': '{config.state_dir.name}' already holds files that are not "
+            f"the runtime's ({shown}), and no tool could reach them any more: the state "
+            "needs a directory of its own (e.g. '.toolkernel')"
         )
     ledger = _resolved(config.ledger_path, "ledger.path")
     # One the file names; a directory found at the default path is the ledger's own
@@ -49,6 +75,55 @@ def check_placement(config: Config) -> None:
             f"{where}'ledger.path': put the ledger in a directory of its own (e.g. "
             "'.toolkernel/ledger.db'), not in the workspace root"
         )
+
+
+def prepare_state(config: Config) -> None:
+    """Make the state directory, marked as the runtime's (a ``.gitignore`` of ``*``).
+
+    A directory that cannot be made is left to the ledger and the artifact store, which
+    report it when they open.
+    """
+    try:
+        config.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with (config.state_dir / _MARKER).open("x", encoding="utf-8") as marker:
+            marker.write(_MARKER_TEXT)
+    except OSError:  # there already (FileExistsError), or not writable: see above
+        pass
+
+
+def _too_wide(workspace: Path) -> str | None:
+    """Why ``workspace`` is no project's directory: the root, or a home directory or
+    above it (every dotfile the forbidden globs do not happen to name would be open)."""
+    if workspace == Path(workspace.anchor):
+        return "the file system's root"
+    try:
+        home = Path.home().resolve()
+    except (KeyError, OSError, RuntimeError):  # no home to be found: nothing to compare
+        return None
+    if workspace == home:
+        return "the home directory"
+    if home.is_relative_to(workspace):
+        return "it holds the home directory"
+    return None
+
+
+def _foreign_entries(state_dir: Path) -> list[str]:
+    """The names in an existing ``state_dir`` that are not the runtime's, sorted; none
+    when it is marked as the runtime's or holds what the runtime keeps there."""
+    try:
+        names = sorted(entry.name for entry in state_dir.iterdir())
+    except OSError:  # not there yet, or not a directory: the ledger says so on opening
+        return []
+    if not names or _OWN_NAMES.intersection(names) or _is_marked(state_dir):
+        return []
+    return names
+
+
+def _is_marked(state_dir: Path) -> bool:
+    try:
+        return (state_dir / _MARKER).read_text(encoding="utf-8") == _MARKER_TEXT
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def _resolved(path: Path, key: str) -> Path:

@@ -54,7 +54,9 @@ def as_reader(workspace: Path, *args: str) -> subprocess.CompletedProcess[str]:
     if os.geteuid() == 0:
         uid, gid = _nobody()
         prefix = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups"]
-    env = {**os.environ, "HOME": str(workspace)}
+    # A home of its own beside the workspace (nobody's is /nonexistent; a workspace
+    # that is the home directory is refused).
+    env = {**os.environ, "HOME": str(workspace.parent / "home")}
     argv = [*prefix, sys.executable, "-m", "toolkernel", "ledger", *args]
     return subprocess.run(
         [*argv, "--workspace", str(workspace)],
