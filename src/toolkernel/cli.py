@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import signal
+import sqlite3
 import sys
 import tempfile
 import threading
@@ -30,9 +31,9 @@ from typing import Any, TextIO
 
 import anyio
 
-from toolkernel.approval import TerminalApprover, approve_all
-from toolkernel.calls import ToolCallResult
-from toolkernel.codes import CATALOG, Status
+from toolkernel.approval import Approver, TerminalApprover, approve_all
+from toolkernel.calls import ToolCallResult, new_id
+from toolkernel.codes import CATALOG, ErrorCode, Status, safe_field
 from toolkernel.config import CONFIG_SCHEMA, Config, load_config
 from toolkernel.context import RunState
 from toolkernel.definition import ToolDefinition
@@ -433,24 +434,71 @@ def _call(args: argparse.Namespace) -> int:
     else:
         approver = None
     fields = _run_fields(args, config)
-    with Kernel(config, approver=approver) as kernel:
-        run = kernel.start_run(**fields)
+    opened = _open_kernel(config, approver, args.tool)
+    if isinstance(opened, ToolCallResult):
+        result = opened
+    else:
+        with opened as kernel:
+            run = kernel.start_run(**fields)
 
-        async def propose() -> ToolCallResult:
-            async with bridged(kernel, run):
-                kernel.expose(run)
-                return await kernel.call(
-                    run,
-                    args.tool,
-                    args.args,
-                    version=args.tool_version,
-                    idempotency_key=args.idempotency_key,
-                    requested_by="cli",
-                )
+            async def propose() -> ToolCallResult:
+                async with bridged(kernel, run):
+                    try:
+                        kernel.expose(run)
+                    except LedgerError as exc:  # as kernel.call reports its own calls
+                        return _unrecorded(exc, args.tool)
+                    return await kernel.call(
+                        run,
+                        args.tool,
+                        args.args,
+                        version=args.tool_version,
+                        idempotency_key=args.idempotency_key,
+                        requested_by="cli",
+                    )
 
-        result = anyio.run(propose)
+            result = anyio.run(propose)
     _print_json(result.projection())
     return EXIT_OK if result.status in (Status.SUCCEEDED, Status.PARTIAL) else EXIT_FAILED
+
+
+def _open_kernel(config: Config, approver: Approver | None, tool: str) -> Kernel | ToolCallResult:
+    """The kernel for ``call``; when another process holds the ledger's lock (a passing
+    condition), the call's result: LEDGER_UNAVAILABLE, retryable, why on stderr.
+
+    Raises:
+        LedgerError: the ledger cannot be opened otherwise (nothing that is a ledger at
+            its path, a directory the process may not write: to fix, not to retry).
+    """
+    try:
+        return Kernel(config, approver=approver)
+    except LedgerError as exc:
+        if _locked(exc):
+            return _unrecorded(exc, tool)
+        text = str(exc).lower()
+        if "permission denied" in text or "readonly" in text or "read-only" in text:
+            raise LedgerError(
+                f"{exc}; if the workspace is not writable, set state_dir (or [ledger] "
+                "path) in toolkernel.toml to a directory you can write"
+            ) from exc
+        raise
+
+
+def _locked(exc: BaseException) -> bool:
+    """Whether SQLite's busy or locked error is behind ``exc``."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+        if isinstance(exc, sqlite3.Error) and exc.sqlite_errorcode & 0xFF in (
+            sqlite3.SQLITE_BUSY,
+            sqlite3.SQLITE_LOCKED,
+        ):
+            return True
+    return False
+
+
+def _unrecorded(exc: LedgerError, tool_name: str) -> ToolCallResult:
+    print(f"toolkernel: {printable(str(exc))}", file=sys.stderr)
+    tool = safe_field(str(tool_name))
+    return ToolCallResult.from_code(new_id("call"), ErrorCode.LEDGER_UNAVAILABLE, tool=tool)
 
 
 def _mcp_inspect(args: argparse.Namespace) -> int:

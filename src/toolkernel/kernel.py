@@ -94,7 +94,7 @@ from toolkernel.redaction import Redactor
 from toolkernel.registry import RegisteredTool, Registry
 from toolkernel.replay import RecordedResults
 from toolkernel.run import Run, ToolCall, check_run_id
-from toolkernel.state import check_placement, prepare_state, state_globs
+from toolkernel.state import check_placement, mark_state, state_globs
 from toolkernel.terminal import printable
 from toolkernel.tracing import record_tool_span
 from toolkernel.validation import ValidationResult, Violation, validate
@@ -231,8 +231,11 @@ class _Journal:
         the ledger does not end mid-call: CANCELLED/USER_CANCELLED when the caller was
         cancelled or interrupted (Ctrl-C) while the call was admitted or ran,
         CANCELLED/RUNTIME_STOPPED when the process was told to stop (SIGTERM),
-        FAILED/INTERNAL_ERROR when the pipeline itself failed."""
-        if not isinstance(exc, KeyboardInterrupt | anyio.get_cancelled_exc_class()):
+        FAILED/LEDGER_UNAVAILABLE when the ledger could not store (as the caller is
+        told), FAILED/INTERNAL_ERROR when the pipeline itself failed otherwise."""
+        if isinstance(exc, LedgerError):
+            code = ErrorCode.LEDGER_UNAVAILABLE
+        elif not isinstance(exc, KeyboardInterrupt | anyio.get_cancelled_exc_class()):
             code = ErrorCode.INTERNAL_ERROR
         elif isinstance(exc, ProcessStopped) or ProcessStopped.underway:
             code = ErrorCode.RUNTIME_STOPPED
@@ -354,12 +357,12 @@ class Kernel:
         self.config = config or Config.default()
         self.registry = Registry()
         check_placement(self.config)
-        prepare_state(self.config)
         self.guard = PathGuard(
             self.config.workspace,
             forbidden=(*self.config.forbidden_paths, *state_globs(self.config)),
         )
         self.ledger = ledger or open_ledger(self.config)
+        mark_state(self.config)
         self.approver = approver
         self.redactor = Redactor(self.guard.workspace, secrets)
         # The secrets it knows are masked in what the store keeps: artifacts outlive them.
@@ -587,11 +590,15 @@ class Kernel:
         """Propose one call and return its result (never raises for a bad proposal).
 
         ``approver`` decides this call's approval instead of the kernel's ``approver``
-        (for example the user of the session the call came from).
+        (for example the user of the session the call came from). A call the ledger
+        cannot record is FAILED/LEDGER_UNAVAILABLE (retryable); why is logged.
         """
         call = ToolCall(tool_name, arguments, **fields)
         exclusive = _is_exclusive(self.registry, run, call)
-        results = await self._run_batch(run, [call], exclusive, on_progress, approver)
+        try:
+            results = await self._run_batch(run, [call], exclusive, on_progress, approver)
+        except LedgerError as exc:
+            return _unrecorded([call], exc)[0]
         return results[0]
 
     async def call_many(
@@ -606,7 +613,8 @@ class Kernel:
 
         Consecutive READ_ONLY calls run in parallel (bounded by ``max_parallel_reads``);
         every other call runs alone. The ledger follows the model's order. ``approver``
-        as in ``call``.
+        as in ``call``. Once the ledger cannot record a segment's calls, they and the
+        calls after them are FAILED/LEDGER_UNAVAILABLE, as in ``call``.
         """
         results: list[ToolCallResult] = []
         # An id repeated in the turn, or open in another turn of the run, is refused even
@@ -634,6 +642,12 @@ class Kernel:
                             run, batch, exclusive, on_progress, approver, repeated, owned=seen
                         )
                     )
+                except LedgerError as exc:
+                    # The calls after it never ran: recorded if the ledger can, as the
+                    # caller is told of them all.
+                    self._record_unstarted(run, calls[offset + len(batch) :], exc)
+                    results.extend(_unrecorded(calls[offset:], exc))
+                    break
                 except BaseException as exc:
                     self._record_unstarted(run, calls[offset + len(batch) :], exc)
                     raise
@@ -1868,6 +1882,23 @@ async def _await_original(run: Run, dup: _Duplicate) -> ErrorCode | None:
 def _denied(call_id: str, decision: Decision) -> ToolCallResult:
     code = decision.reason_code or ErrorCode.POLICY_ERROR
     return ToolCallResult.from_code(call_id, code, message=decision.safe_message)
+
+
+def _unrecorded(calls: Sequence[ToolCall], exc: LedgerError) -> list[ToolCallResult]:
+    """FAILED/LEDGER_UNAVAILABLE for ``calls``: the ledger could not record them (the
+    error names the ledger's host path: the operator's log gets it, not the model)."""
+    results = []
+    for call in calls:
+        call_id, name = call.tool_call_id or new_id("call"), str(call.tool_name)
+        _log.error(
+            "call %s of %s could not be recorded: %s",
+            call_id,
+            printable(name[:200]),
+            printable(str(exc)),
+        )
+        tool = safe_field(name)
+        results.append(ToolCallResult.from_code(call_id, ErrorCode.LEDGER_UNAVAILABLE, tool=tool))
+    return results
 
 
 def _is_exclusive(registry: Registry, run: Run, call: ToolCall) -> bool:

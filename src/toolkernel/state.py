@@ -17,7 +17,7 @@ from typing import Final
 from toolkernel.config import Config
 from toolkernel.errors import ConfigError
 
-__all__ = ["check_placement", "prepare_state", "state_globs", "state_paths"]
+__all__ = ["check_placement", "mark_state", "state_globs", "state_paths"]
 
 # Written into the state directory when the runtime makes it: git skips the directory
 # (artifacts hold unredacted output), and a later start knows the directory is its own.
@@ -77,17 +77,15 @@ def check_placement(config: Config) -> None:
         )
 
 
-def prepare_state(config: Config) -> None:
-    """Make the state directory, marked as the runtime's (a ``.gitignore`` of ``*``).
-
-    A directory that cannot be made is left to the ledger and the artifact store, which
-    report it when they open.
-    """
+def mark_state(config: Config) -> None:
+    """Mark the state directory as the runtime's (a ``.gitignore`` of ``*``), once it
+    exists (the ledger makes it on opening; a kernel that keeps nothing there, as a dry
+    run's, leaves no trace). One that cannot be written is left to what writes there,
+    which reports it."""
     try:
-        config.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         with (config.state_dir / _MARKER).open("x", encoding="utf-8") as marker:
             marker.write(_MARKER_TEXT)
-    except OSError:  # there already (FileExistsError), or not writable: see above
+    except OSError:  # marked already, not there, or not writable
         pass
 
 

@@ -215,3 +215,25 @@ def test_the_installed_entry_point_runs(workspace):
     )
     assert completed.returncode == 0, completed.stderr
     assert json.loads(completed.stdout)["status"] == "SUCCEEDED"
+
+
+def test_a_call_the_ledger_cannot_record_prints_ledger_unavailable(capsys, workspace, monkeypatch):
+    """Another process holds the ledger's write lock past the busy timeout: a passing
+    condition, so the call's one JSON object (retryable), exit 1; why goes to stderr."""
+    monkeypatch.setattr("toolkernel.ledger.sqlite._BUSY_TIMEOUT_S", 0.2)
+    assert call(capsys, workspace, "memory.read")[0] == 0  # the ledger exists
+    holder = _ledger(workspace)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        code = main(["call", "memory.read", "--workspace", str(workspace)])
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    captured = capsys.readouterr()
+    projection = json.loads(captured.out)
+    assert code == 1
+    assert set(projection) == set(PROJECTION_KEYS)
+    assert projection["errorCode"] == ErrorCode.LEDGER_UNAVAILABLE
+    assert projection["retryable"] is True
+    assert str(workspace) not in captured.out
+    assert "database is locked" in captured.err

