@@ -1091,8 +1091,9 @@ class Kernel:
         if admitted.progress_dropped:
             outcome.internal["progressDropped"] = admitted.progress_dropped
         if outcome.internal:
-            # A traceback quotes the tool's exception, which may hold any text.
-            payload["internal"] = _utf8(outcome.internal)
+            # A traceback quotes the tool's exception, which may hold any text: a secret
+            # the runtime knows among it (a tool's error quoting its password).
+            payload["internal"] = _utf8(outcome.internal, self.redactor.mask_known)
         events = [
             *admitted.progress,
             NewEvent(
@@ -1784,15 +1785,17 @@ def _finite(value: object) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _utf8(value: Any) -> Any:
+def _utf8(value: Any, mask: Callable[[str], str] | None = None) -> Any:
     """``value`` with every string that has no UTF-8 form (a lone surrogate) spelled with
-    backslash escapes, through dicts and lists: what the ledger can store."""
+    backslash escapes, through dicts and lists: what the ledger can store; ``mask``
+    applied to each string too."""
     if isinstance(value, str):
-        return utf8_text(value)
+        text = utf8_text(value)
+        return text if mask is None else mask(text)
     if isinstance(value, dict):
-        return {_utf8(k): _utf8(v) for k, v in value.items()}
+        return {_utf8(k, mask): _utf8(v, mask) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_utf8(item) for item in value]
+        return [_utf8(item, mask) for item in value]
     return value
 
 

@@ -185,6 +185,26 @@ async def test_output_that_breaks_its_contract_is_not_kept_as_an_artifact(kernel
     assert result.artifacts == ()
 
 
+async def test_a_known_secret_in_a_tools_traceback_is_masked_in_the_ledger(kernel_factory):
+    """The traceback is kept for audit, with the text of the tool's exception; a value
+    the runtime knows to be secret is masked there as everywhere the ledger keeps."""
+    secret = "zq9-Internal-Db-Pass-77x"
+    kernel = kernel_factory(secrets=[secret])
+
+    @tool("db.connect")
+    def connect() -> str:
+        """Connect."""
+        raise ConnectionError(f"auth failed for password {secret}")
+
+    kernel.register(connect)
+    run = kernel.start_run()
+    result = await kernel.call(run, "db.connect", {})
+    assert result.error_code is ErrorCode.TOOL_ERROR
+    stored = kernel.ledger.events(run.id)[-1].payload
+    assert secret not in json.dumps(stored)
+    assert "auth failed for password" in json.dumps(stored["internal"])  # kept, masked
+
+
 async def test_known_secret_and_host_paths_never_reach_the_projection(kernel_factory, workspace):
     secret = "ghp_" + "Z" * 36
     kernel = kernel_factory(secrets=[secret])
