@@ -3,6 +3,8 @@ cancellation, crash and restart, rejection."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from pathlib import Path
 
@@ -166,6 +168,45 @@ async def test_a_server_that_dies_mid_call_fails_remote_error_and_restarts(works
     assert crashed.retryable
     assert again.status is Status.SUCCEEDED
     assert again.structured_output["content"][0]["text"] == "back"
+
+
+def _fixture_server_pids() -> list[int]:
+    """This process's children that run the fixture server (a zombie not counted)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+        if int(ppid) == os.getpid() and state != "Z" and b"fixture_server" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+async def test_a_server_that_died_between_calls_is_restarted_for_the_next_call(workspace):
+    """Its stdout closing is noticed when it happens: the next call goes to a new
+    server rather than fail on the dead one's connection."""
+    kernel = open_kernel(workspace)
+    run = kernel.start_run()
+    with anyio.fail_after(30):
+        async with McpBridge(kernel, [fixture_server()]) as bridge:
+            await bridge.connect_all(run)
+            first = await kernel.call(run, "fx.echo", {"message": "one"})
+            [pid] = _fixture_server_pids()
+            os.kill(pid, signal.SIGKILL)
+            while _fixture_server_pids():
+                await anyio.sleep(0.05)
+            await anyio.sleep(0.5)  # dead for a while, as between two model turns
+            again = await kernel.call(run, "fx.echo", {"message": "two"})
+            [restarted] = _fixture_server_pids()
+    assert first.status is Status.SUCCEEDED
+    assert again.status is Status.SUCCEEDED, again.safe_message
+    assert again.structured_output["content"][0]["text"] == "two"
+    assert restarted != pid
 
 
 async def test_images_and_binary_resources_go_to_the_artifact_store(workspace):

@@ -840,7 +840,8 @@ class _ParsedOnly(FilteredReadStream):
     """A stdio server's read stream without the SDK's parse errors (a ``ReadStream``).
 
     Once the server is broken (``_Start.fault``) the stream ends, so the session sees
-    the connection close: a pending request fails with CONNECTION_CLOSED.
+    the connection close: a pending request fails with CONNECTION_CLOSED. When the
+    server's stdout ends, its start is stopped (the connection is forgotten).
     """
 
     def __init__(self, inner: ReadStream[SessionMessage | Exception], start: _Start) -> None:
@@ -849,7 +850,14 @@ class _ParsedOnly(FilteredReadStream):
 
     async def receive(self) -> SessionMessage | Exception:
         while self._start.fault is None:
-            item: SessionMessage | Exception = await self._inner.receive()
+            try:
+                item: SessionMessage | Exception = await self._inner.receive()
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                # The server closed its stdout: it exited (or is about to). Its
+                # connection is dropped now, so the next call starts a new server
+                # rather than fail on this one.
+                self._start.stop.set()
+                raise
             if isinstance(item, SessionMessage):
                 self._start.parsed()
                 return item
