@@ -197,7 +197,11 @@ def _parser() -> argparse.ArgumentParser:
 
     call = commands.add_parser("call", help="propose one tool call and print its projection")
     call.add_argument("tool")
-    call.add_argument("--args", default="{}", help="the arguments as JSON (default {})")
+    call.add_argument(
+        "--args",
+        default="{}",
+        help="the arguments as JSON (default {}); @FILE reads them from FILE, - from stdin",
+    )
     call.add_argument("--version", dest="tool_version", help="a specific tool version")
     _common(call)
     call.add_argument("--state", type=_run_state, help="the run state (default from config)")
@@ -434,6 +438,7 @@ def _call(args: argparse.Namespace) -> int:
     else:
         approver = None
     fields = _run_fields(args, config)
+    arguments = _arguments(args.args, config.max_argument_bytes)
     opened = _open_kernel(config, approver, args.tool)
     if isinstance(opened, ToolCallResult):
         result = opened
@@ -450,7 +455,7 @@ def _call(args: argparse.Namespace) -> int:
                     return await kernel.call(
                         run,
                         args.tool,
-                        args.args,
+                        arguments,
                         version=args.tool_version,
                         idempotency_key=args.idempotency_key,
                         requested_by="cli",
@@ -459,6 +464,26 @@ def _call(args: argparse.Namespace) -> int:
             result = anyio.run(propose)
     _print_json(result.projection())
     return EXIT_OK if result.status in (Status.SUCCEEDED, Status.PARTIAL) else EXIT_FAILED
+
+
+def _arguments(given: str, limit: int) -> str | bytes:
+    """``--args`` as given, or read from a file (``@FILE``) or stdin (``-``): a command
+    line holds at most 128 KiB per argument. No JSON starts so. What is read is cut
+    one byte past ``limit``, which the kernel refuses as too large without more.
+
+    Raises:
+        UsageError: the file cannot be read.
+    """
+    if given == "-":
+        return sys.stdin.buffer.read(limit + 1)
+    if not given.startswith("@"):
+        return given
+    try:
+        with Path(given[1:]).open("rb") as handle:
+            return handle.read(limit + 1)
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(f"--args: cannot read '{printable(given[1:])}' ({why})") from exc
 
 
 def _open_kernel(config: Config, approver: Approver | None, tool: str) -> Kernel | ToolCallResult:

@@ -237,3 +237,30 @@ def test_a_call_the_ledger_cannot_record_prints_ledger_unavailable(capsys, works
     assert projection["retryable"] is True
     assert str(workspace) not in captured.out
     assert "database is locked" in captured.err
+
+
+def test_arguments_can_come_from_a_file_or_stdin(capsys, workspace, tmp_path, monkeypatch):
+    """A command line holds at most 128 KiB per argument; a patch can be larger."""
+    import io
+
+    path = tmp_path / "args.json"
+    path.write_text('{"key": "from-file"}')
+    # No note has that key: the message names the key the arguments carried.
+    code, projection = call(capsys, workspace, "memory.read", "--args", f"@{path}")
+    assert (code, projection["errorCode"]) == (1, "NOT_FOUND")
+    assert "'from-file'" in projection["safeMessage"]
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b'{"key": "from-stdin"}')))
+    _, projection = call(capsys, workspace, "memory.read", "--args", "-")
+    assert "'from-stdin'" in projection["safeMessage"]
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b'{"nope": 1}')))
+    _, projection = call(capsys, workspace, "memory.read", "--args", "-")
+    assert projection["errorCode"] == "UNKNOWN_PROPERTY"  # read, and judged as arguments
+
+
+def test_an_arguments_file_that_cannot_be_read_is_a_usage_error(capsys, workspace, tmp_path):
+    code = main(["call", "memory.read", "--args", f"@{tmp_path / 'missing.json'}"])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.out == ""
+    assert "--args" in captured.err
+    assert "missing.json" in captured.err
