@@ -497,10 +497,9 @@ def _open_kernel(config: Config, approver: Approver | None, tool: str) -> Kernel
     try:
         return Kernel(config, approver=approver)
     except LedgerError as exc:
-        if _locked(exc):
+        if _caused_by(exc, sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
             return _unrecorded(exc, tool)
-        text = str(exc).lower()
-        if "permission denied" in text or "readonly" in text or "read-only" in text:
+        if _caused_by(exc, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, PermissionError):
             raise LedgerError(
                 f"{exc}; if the workspace is not writable, set state_dir (or [ledger] "
                 "path) in toolkernel.toml to a directory you can write"
@@ -508,13 +507,15 @@ def _open_kernel(config: Config, approver: Approver | None, tool: str) -> Kernel
         raise
 
 
-def _locked(exc: BaseException) -> bool:
-    """Whether SQLite's busy or locked error is behind ``exc``."""
+def _caused_by(exc: BaseException, *causes: int | type[OSError]) -> bool:
+    """Whether one of ``causes`` (SQLite's primary result codes, OS error types) is
+    behind ``exc``."""
+    codes = {cause for cause in causes if isinstance(cause, int)}
+    kinds = tuple(cause for cause in causes if not isinstance(cause, int))
     while exc.__cause__ is not None:
         exc = exc.__cause__
-        if isinstance(exc, sqlite3.Error) and exc.sqlite_errorcode & 0xFF in (
-            sqlite3.SQLITE_BUSY,
-            sqlite3.SQLITE_LOCKED,
+        if isinstance(exc, kinds) or (
+            isinstance(exc, sqlite3.Error) and exc.sqlite_errorcode & 0xFF in codes
         ):
             return True
     return False

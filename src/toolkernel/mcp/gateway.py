@@ -263,6 +263,7 @@ class Gateway:
                 group.start_soon(relay.forward)
             with anyio.CancelScope(shield=True):
                 try:
+                    # One the ledger cannot record is LEDGER_UNAVAILABLE (the kernel logs why).
                     result = await self.kernel.call(
                         run,
                         name,
@@ -272,7 +273,6 @@ class Gateway:
                         approver=approver,
                         requested_by=_requester(ctx),
                     )
-                    # A call the ledger cannot record is LEDGER_UNAVAILABLE, logged.
                 finally:
                     done.set()
                     if relay is not None:
