@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,12 @@ def foreign_database(path: Path) -> Path:
         conn.execute("CREATE TABLE customers (name TEXT, card TEXT)")
         conn.execute("INSERT INTO customers VALUES ('ada', '4111')")
     return path
+
+
+def own_files(directory: Path) -> list[str]:
+    """The files in ``directory`` but SQLite's -wal and -shm (connections the helpers
+    above leave open keep those)."""
+    return sorted(p.name for p in directory.iterdir() if not p.name.endswith(("-wal", "-shm")))
 
 
 def request(n: int) -> NewEvent:
@@ -62,16 +69,77 @@ def test_a_ledger_another_application_added_a_table_to_is_refused(tmp_path: Path
         SqliteLedger(path)
 
 
-@pytest.mark.parametrize("present", ["missing", "empty"])
-def test_a_missing_or_empty_file_still_becomes_a_ledger(tmp_path: Path, present: str) -> None:
+def test_a_missing_file_becomes_a_ledger_with_nothing_left_beside_it(tmp_path: Path) -> None:
     path = tmp_path / "state" / "ledger.db"
-    if present == "empty":
-        path.parent.mkdir()
-        path.touch()
     with SqliteLedger(path) as ledger:
         ledger.append("run-1", [request(1)])
         assert ledger.verify().ok
     assert tables(path) == LEDGER_TABLES
+    assert journal_mode(path) == "wal"
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert own_files(path.parent) == ["ledger.db"]
+
+
+def test_an_empty_file_where_the_ledger_goes_is_refused_and_left_as_it_was(
+    tmp_path: Path,
+) -> None:
+    """A ledger emptied (``: > ledger.db``) has lost its events: started anew in place,
+    the next call would make ``verify`` call the new ledger intact."""
+    path = tmp_path / "ledger.db"
+    path.touch()
+    with pytest.raises(LedgerError, match=r"is an empty file: .*delete it") as refused:
+        SqliteLedger(path)
+    assert str(path) in str(refused.value)
+    assert path.read_bytes() == b""
+
+
+def test_a_database_without_tables_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 7")  # a header, no table
+    conn.close()
+    with pytest.raises(LedgerError, match="it has no events table"):
+        SqliteLedger(path)
+    assert tables(path) == set()
+    assert journal_mode(path) == "delete"
+
+
+def test_ledgers_opened_at_once_where_none_was_share_one_file(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    barrier = threading.Barrier(6)
+    failures: list[BaseException] = []
+
+    def open_and_append(n: int) -> None:
+        barrier.wait()
+        try:
+            with SqliteLedger(path) as ledger:
+                ledger.append(f"run-{n}", [request(n)])
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=open_and_append, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    with SqliteLedger(path, read_only=True) as reader:
+        assert sorted(run.run_id for run in reader.runs()) == [f"run-{n}" for n in range(6)]
+        assert reader.verify().ok
+    assert own_files(tmp_path) == ["ledger.db"]
+
+
+def test_a_call_refuses_a_ledger_emptied_since_the_last_call(tmp_path: Path, capsys) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    assert main(["call", "memory.read", "--workspace", str(workspace)]) == 0
+    path = workspace / ".toolkernel" / "ledger.db"
+    path.write_bytes(b"")
+    capsys.readouterr()
+    assert main(["call", "memory.read", "--workspace", str(workspace)]) == 2
+    assert "is an empty file" in capsys.readouterr().err
+    assert main(["ledger", "verify", "--workspace", str(workspace)]) == 2
+    assert path.read_bytes() == b""
 
 
 def test_sqlites_own_tables_do_not_make_a_ledger_foreign(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+import tempfile
 import threading
 import time
 import weakref
@@ -485,14 +486,20 @@ def _open(path: Path, synchronous: str) -> sqlite3.Connection:
     _make_parents(path.parent)
     if path.is_symlink() and not path.exists():
         raise _dangling(path)
-    # Create the file ourselves so it gets 0o600; SQLite would use 0o644. What is there
-    # already must be a file: SQLite reports a FIFO as a bare "disk I/O error".
-    fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_NONBLOCK, 0o600)
+    if not path.exists():
+        _create(path)
+    # What is there must be a ledger file: SQLite reports a FIFO as a bare "disk I/O
+    # error", and would take an emptied ledger for a new one (and the next call would
+    # make ``verify`` call it intact). A ledger is never empty, as _create makes it.
+    fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise _not_regular(path)
+        status = os.fstat(fd)
     finally:
         os.close(fd)
+    if not stat.S_ISREG(status.st_mode):
+        raise _not_regular(path)
+    if status.st_size == 0 and not path.with_name(f"{path.name}-wal").exists():
+        raise _emptied(path)
     # Autocommit mode: transactions are begun and ended explicitly below, so that
     # appends can take the write lock up front with BEGIN IMMEDIATE.
     conn = sqlite3.connect(
@@ -507,6 +514,42 @@ def _open(path: Path, synchronous: str) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _create(path: Path) -> None:
+    """Make a new ledger at ``path`` whole, or leave the one another process made first.
+
+    It is built in a file of its own beside ``path`` (0o600; SQLite would use 0o644) and
+    linked into place only when its tables are there: a creation cut short never leaves
+    an empty file at ``path``, which would then be taken for an emptied ledger.
+    """
+    fd, building = tempfile.mkstemp(prefix=f"{path.name}.", suffix=".new", dir=path.parent)
+    os.close(fd)
+    try:
+        conn = sqlite3.connect(building, isolation_level=None)
+        try:
+            _configure(conn, path, "normal")
+            _migrate(conn)
+        finally:
+            conn.close()  # the last connection: its -wal is written back and removed
+        with suppress(FileExistsError):  # another process created it meanwhile
+            os.link(building, path)
+        directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(directory)  # the new name survives a power failure too
+        finally:
+            os.close(directory)
+    finally:
+        for leftover in (building, f"{building}-wal", f"{building}-shm"):
+            Path(leftover).unlink(missing_ok=True)
+
+
+def _emptied(path: Path) -> LedgerError:
+    return LedgerError(
+        f"the ledger at {path} is an empty file: it was emptied, and its events are "
+        "gone, or it is not a ledger; it is not started anew in place, so that its loss "
+        "is not hidden: delete it (or move it aside) to start a new ledger there"
+    )
 
 
 def _open_read_only(path: Path) -> sqlite3.Connection:
@@ -550,9 +593,7 @@ def _check_file(path: Path) -> None:
     if not stat.S_ISREG(status.st_mode):
         raise _not_regular(path)
     if status.st_size == 0 and not path.with_name(f"{path.name}-wal").exists():
-        raise LedgerError(
-            f"the ledger at {path} is an empty file: it was emptied, or never written"
-        )
+        raise _emptied(path)
 
 
 def _unreadable_without_shm(exc: sqlite3.OperationalError, path: Path) -> bool:
@@ -613,19 +654,26 @@ def _check_tables(conn: sqlite3.Connection, path: Path) -> None:
 def _check_own(conn: sqlite3.Connection, path: Path) -> None:
     """Refuse a file that holds tables of another application, before anything is
     changed in it (WAL mode included): the ledger's tables would be added next to them,
-    in a file ``verify`` then calls no ledger. A new or empty file has no tables, and an
-    older ledger only lacks some of ours, which ``_migrate`` adds."""
+    in a file ``verify`` then calls no ledger. An older ledger only lacks some of ours,
+    which ``_migrate`` adds; a file with no events table is none (``_create`` makes
+    every ledger with its tables)."""
     rows = conn.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' "
         "ESCAPE '\\'"
     )
-    foreign = sorted(str(name) for (name,) in rows if name not in _OWN_TABLES)
+    names = [str(name) for (name,) in rows]
+    foreign = sorted(name for name in names if name not in _OWN_TABLES)
     if foreign:
         shown = ", ".join(printable(name) for name in foreign[:_SHOWN_TABLES])
         more = ", …" if len(foreign) > _SHOWN_TABLES else ""
         raise LedgerError(
             f"the file at {path} is not a toolkernel ledger: it holds other tables "
             f"({shown}{more}); give the ledger a file of its own"
+        )
+    if "events" not in names:
+        raise LedgerError(
+            f"the file at {path} is not a toolkernel ledger: it has no events table; "
+            "delete it (or move it aside) to start a new ledger there"
         )
 
 
