@@ -161,6 +161,15 @@ class NativeAdapter:
             context.run(sniffio.current_async_library_cvar.set, None)
             try:
                 self._workers.submit(loop, future, partial(context.run, handler, **kwargs))
+            except _AllHeld as held:  # it would wait out its timeout, then seem to have run
+                _log.error("%s could not run: %s", tool.name, held)
+                raise ToolFailed(
+                    f"{tool.name} could not start: every worker thread for sync tools is "
+                    "held by an earlier call that timed out or was cancelled and did not "
+                    "return; try again later",
+                    code=ErrorCode.INTERNAL_ERROR,
+                    retryable=True,  # a hung tool that returns frees its thread
+                ) from None
             except RuntimeError as exc:  # "can't start new thread": the tool never ran
                 _log.error("%s could not run: %s", tool.name, exc)
                 raise ToolFailed(
@@ -176,6 +185,10 @@ class NativeAdapter:
         if inspect.iscoroutine(output):  # an async function behind a plain one (a lambda)
             return await output
         return output
+
+
+class _AllHeld(RuntimeError):
+    """Every worker thread runs an abandoned tool, and no more may start."""
 
 
 class _Job:
@@ -204,6 +217,8 @@ class _Workers:
     tool was abandoned does not count against ``max_threads`` (up to ``_MAX_ABANDONED``
     of them), so tools that hang cannot starve the rest; a job whose caller stopped
     waiting before a thread took it never runs; a thread idle for ``_IDLE_S`` ends.
+    When every thread runs an abandoned tool and no more may start, a job is refused
+    (``_AllHeld``) rather than queued for a thread that may never come back.
     """
 
     def __init__(self, max_threads: int) -> None:
@@ -227,6 +242,13 @@ class _Workers:
             elif self._may_grow():
                 self._start(job)
                 return
+            elif self._threads == self._abandoned:
+                # No thread will come back for a queued job: each runs a tool nobody
+                # waits for, and no more may start.
+                raise _AllHeld(
+                    f"all {self._threads} worker threads run tools that were abandoned "
+                    "(timed out or cancelled) and have not returned"
+                )
             else:
                 self._backlog += 1
         self._jobs.put(job)

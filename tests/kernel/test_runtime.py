@@ -20,6 +20,7 @@ import anyio
 import pytest
 from annotated_types import Ge
 
+from toolkernel import dispatch as dispatch_module
 from toolkernel.approval import ApprovalDecision, ApprovalRequest
 from toolkernel.calls import ToolCallResult
 from toolkernel.canonical import canonical_json
@@ -1786,11 +1787,11 @@ def _worker_threads() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if t.name.startswith("toolkernel-worker-")}
 
 
-async def test_sync_tools_still_run_after_many_hung_ones_were_abandoned(kernel_factory):
-    # Each hung tool keeps its thread; once as many hung as the pool holds, every later
-    # sync call used to time out without starting, and then run anyway.
-    release = threading.Event()
-    ran: list[str] = []
+def _hanging_and_writing(
+    kernel_factory: Any, max_threads: int, release: threading.Event, ran: list[str]
+) -> tuple[Kernel, Run]:
+    """A kernel whose ``job.hang`` times out after 50 ms and holds its thread until
+    ``release``, and whose ``job.write`` appends its tag to ``ran``."""
 
     @tool("job.hang", timeout_ms=50)
     def hang() -> str:
@@ -1798,16 +1799,24 @@ async def test_sync_tools_still_run_after_many_hung_ones_were_abandoned(kernel_f
         release.wait(10)
         return "late"
 
-    @tool("job.write", timeout_ms=2000, mutating=True)
+    @tool("job.write", timeout_ms=5000, mutating=True)
     def write(tag: str) -> str:
         """Record a side effect."""
         ran.append(tag)
         return "written"
 
-    kernel = kernel_factory(adapters={ExecutionMode.NATIVE: NativeAdapter(max_threads=2)})
+    kernel = kernel_factory(adapters={ExecutionMode.NATIVE: NativeAdapter(max_threads=max_threads)})
     kernel.register(hang)
     kernel.register(write)
-    run = kernel.start_run(profile="full")
+    return kernel, kernel.start_run(profile="full")
+
+
+async def test_sync_tools_still_run_after_many_hung_ones_were_abandoned(kernel_factory):
+    # Each hung tool keeps its thread; once as many hung as the pool holds, every later
+    # sync call used to time out without starting, and then run anyway.
+    release = threading.Event()
+    ran: list[str] = []
+    kernel, run = _hanging_and_writing(kernel_factory, 2, release, ran)
     try:
         for _ in range(4):
             hung = await kernel.call(run, "job.hang", {})
@@ -1817,6 +1826,36 @@ async def test_sync_tools_still_run_after_many_hung_ones_were_abandoned(kernel_f
         assert ran == ["w1"]
     finally:
         release.set()
+
+
+async def test_a_sync_call_with_every_thread_held_by_hung_tools_fails_at_once(
+    kernel_factory, monkeypatch
+):
+    # Once the pool and its allowance for abandoned threads are all held by tools that
+    # never returned, a queued call could only wait out its timeout and be reported
+    # TIMED_OUT, as if the tool had run too long: it never started.
+    monkeypatch.setattr(dispatch_module, "_MAX_ABANDONED", 2)
+    release = threading.Event()
+    ran: list[str] = []
+    kernel, run = _hanging_and_writing(kernel_factory, 1, release, ran)
+    try:
+        for _ in range(3):  # the one thread, then the two kept past it
+            hung = await kernel.call(run, "job.hang", {})
+            assert hung.status is Status.TIMED_OUT
+        started = time.monotonic()
+        refused = await kernel.call(run, "job.write", {"tag": "w1"})
+        assert time.monotonic() - started < 4  # not after its 5 s timeout
+        assert refused.status is Status.FAILED
+        assert refused.error_code is ErrorCode.INTERNAL_ERROR
+        assert refused.retryable
+        assert "worker thread" in refused.safe_message
+        assert "did not return" in refused.safe_message
+    finally:
+        release.set()
+    await anyio.sleep(0.3)  # the hung tools return: their threads are free again
+    result = await kernel.call(run, "job.write", {"tag": "w2"})
+    assert result.status is Status.SUCCEEDED
+    assert ran == ["w2"]
 
 
 async def test_a_sync_call_that_timed_out_while_queued_never_runs(kernel_factory):
