@@ -591,3 +591,44 @@ def test_a_ledger_path_that_is_a_directory_is_refused_naming_the_key(
 def test_a_configuration_saved_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
     (tmp_path / CONFIG_FILENAME).write_bytes(b'\xef\xbb\xbf[run]\nstate = "EDITING"\n')
     assert load_config(tmp_path / CONFIG_FILENAME).run_state == "EDITING"
+
+
+# --- what a refusal names: every allowed value, the keys a table takes ------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "options"),
+    [
+        ('[run]\nstate = "PLAN"\n', "run.state", ["PLANNING", "EXPLORING", "COMPLETED"]),
+        (
+            '[[exposure]]\ntools = ["*"]\nstates = ["PLAN"]\n',
+            "exposure.0.states.0",
+            ["PLANNING", "REVIEWING", "COMPLETED"],
+        ),
+        ('[policy.approval]\nmutating = "never"\n', "policy.approval.mutating", ["deny", "audit"]),
+        ('[ledger]\ncommit = "batch"\n', "ledger.commit", ["each", "group"]),
+    ],
+)
+def test_a_value_outside_its_choices_is_refused_naming_every_choice(workspace, text, key, options):
+    with pytest.raises(ConfigError, match=re.escape(f"key '{key}': ")) as refused:
+        load(workspace, text)
+    message = str(refused.value)
+    assert "other candidates" not in message
+    for option in options:
+        assert f'"{option}"' in message
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "known"),
+    [
+        ('[sandbox]\nnetwork = "deny"\n', "sandbox.network", ["bwrap", "limits", "secret_env"]),
+        ('[ledger]\nfile = "x.db"\n', "ledger.file", ["path", "backend", "commit"]),
+        ('stat = "EDITING"\n', "stat", ["workspace", "state_dir", "run"]),
+    ],
+)
+def test_an_unknown_key_is_refused_naming_the_keys_its_table_takes(workspace, text, key, known):
+    with pytest.raises(ConfigError, match=re.escape(f"key '{key}': unknown key")) as refused:
+        load(workspace, text)
+    message = str(refused.value)
+    for name in known:
+        assert f"'{name}'" in message

@@ -17,7 +17,7 @@ import resource
 import shutil
 import stat
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, time
 from importlib import resources
@@ -182,7 +182,15 @@ def from_mapping(
         elif error.keyword == "additionalProperties":
             unexpected = error.details.get("unexpected") or ["?"]
             key = ".".join(filter(None, [key, str(unexpected[0])]))
-            raise ConfigError(f"{label}: key '{_cut(key)}': unknown key")
+            known = _subschema(error.schema_path[:-1]).get("properties", {})
+            raise ConfigError(f"{label}: key '{_cut(key)}': unknown key{_takes(known)}")
+        elif error.keyword == "enum":
+            # The validator's own message names two choices and counts the rest.
+            value = json.dumps(_subschema(error.instance_path, data), default=repr)
+            raise ConfigError(
+                f"{label}: key '{_cut(key)}': {_cut(value, 60)} is not one of "
+                f"{_choices(error.details.get('options', []))}"
+            )
         # The message quotes the value (a 1e300 written out in 301 digits): its middle goes.
         raise ConfigError(f"{label}: key '{_cut(key) or '(root)'}': {_cut(error.message, 160)}")
     where = f"{label}: key "
@@ -252,6 +260,26 @@ def _check_regular_file(path: Path) -> None:
         raise ConfigError(f"{_shown(path)}: cannot read the configuration ({why})") from exc
     if not stat.S_ISREG(mode):
         raise ConfigError(f"{path}: cannot read the configuration (not a regular file)")
+
+
+def _subschema(path: Sequence[str | int], document: Any = CONFIG_SCHEMA) -> Any:
+    """What is at ``path`` (a validation error's) in ``document``: the configuration
+    schema, or the data it validated."""
+    for step in path:
+        document = document[step]
+    return document
+
+
+def _takes(properties: Mapping[str, Any]) -> str:
+    names = ", ".join(f"'{name}'" for name in properties)
+    return f" (this table takes {names})" if names else " (this table takes no keys)"
+
+
+def _choices(options: Sequence[Any]) -> str:
+    quoted = [json.dumps(option) for option in options]
+    if len(quoted) < 2:
+        return "".join(quoted)
+    return f"{', '.join(quoted[:-1])} or {quoted[-1]}"
 
 
 def _cut(text: str, limit: int = 100) -> str:
