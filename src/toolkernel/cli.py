@@ -17,6 +17,7 @@ import io
 import json
 import logging
 import os
+import shutil
 import signal
 import sqlite3
 import sys
@@ -269,8 +270,8 @@ def _parser() -> argparse.ArgumentParser:
         "serve", help="serve the governed tools (built-in and bridged) as an MCP server"
     )
     serve.add_argument("--transport", choices=("stdio", "http"), default="stdio")
-    serve.add_argument("--host", default="127.0.0.1", help="HTTP only (default 127.0.0.1)")
-    serve.add_argument("--port", type=_port, default=8000, help="HTTP only; 0 picks a free port")
+    serve.add_argument("--host", help="HTTP only (default 127.0.0.1)")
+    serve.add_argument("--port", type=_port, help="HTTP only (default 8000); 0 picks a free port")
     serve.add_argument(
         "--allow-remote",
         action="store_true",
@@ -933,6 +934,23 @@ def _ledger_replay(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from toolkernel.mcp.gateway import serve
 
+    if args.transport != "http":
+        # Served over stdio instead, whoever asked for a port would find nothing there.
+        given = [
+            flag
+            for flag, value in (
+                ("--host", args.host is not None),
+                ("--port", args.port is not None),
+                ("--allow-remote", args.allow_remote),
+                ("--allowed-origin", args.allowed_origin),
+                ("--allowed-host", args.allowed_host),
+            )
+            if value
+        ]
+        if given:
+            raise UsageError(f"{', '.join(given)}: HTTP only; add --transport http")
+    host = "127.0.0.1" if args.host is None else args.host
+    port = 8000 if args.port is None else args.port
     # stdout carries JSON-RPC on the stdio transport: everything else goes to stderr.
     logging.basicConfig(
         stream=sys.stderr, level=logging.INFO, format="toolkernel serve: %(message)s"
@@ -942,8 +960,8 @@ def _serve(args: argparse.Namespace) -> int:
             args.config,
             args.workspace,
             args.transport,
-            args.host,
-            args.port,
+            host,
+            port,
             allow_remote=args.allow_remote,
             allowed_hosts=args.allowed_host,
             allowed_origins=args.allowed_origin,
@@ -955,7 +973,7 @@ def _serve(args: argparse.Namespace) -> int:
         while isinstance(error, ExceptionGroup):
             error = error.exceptions[0]
         reason = error.strerror or str(error)
-        raise UsageError(f"cannot listen on {args.host} port {args.port}: {reason}") from group
+        raise UsageError(f"cannot listen on {host} port {port}: {reason}") from group
 
 
 def _replay_file(args: argparse.Namespace) -> int:
@@ -1015,7 +1033,11 @@ def _codes(args: argparse.Namespace) -> int:
 def _config_check(args: argparse.Namespace) -> int:
     config = _config(args)
     label = printable(str(config.source or "defaults"))
-    for warning in _unmatched_patterns(config):
+    for warning in (
+        *_unmatched_patterns(config),
+        *_commands_not_found(config),
+        *_allowed_and_denied(config),
+    ):
         print(f"{label}: warning: {printable(warning)}", file=sys.stderr)
     print(f"{label}: valid (workspace {printable(str(config.workspace))})")
     return EXIT_OK
@@ -1043,6 +1065,36 @@ def _unmatched_patterns(config: Config) -> list[str]:
         for key, pattern in keyed
         if not any(fnmatchcase(name, pattern) for name in names)
         and not any(fnmatchcase(server, pattern.partition(".")[0]) for server in servers)
+    ]
+
+
+def _commands_not_found(config: Config) -> list[str]:
+    """A warning per stdio server whose program cannot be found here: the gateway would
+    go on without its tools, saying so only when it starts."""
+    warnings = []
+    for index, server in enumerate(config.mcp_servers):
+        if not server.command:
+            continue  # a URL
+        program = server.command[0]
+        if "/" in program:
+            place = (server.cwd or config.workspace) / program
+            found = place.is_file() and os.access(place, os.X_OK)
+        else:
+            found = shutil.which(program) is not None
+        if not found:
+            warnings.append(
+                f"key 'mcp.servers.{index}.command': {program!r} is not found (or not "
+                f"executable) here; server {server.name!r} would not start"
+            )
+    return warnings
+
+
+def _allowed_and_denied(config: Config) -> list[str]:
+    policy = config.policy
+    return [
+        f"key 'policy.path_allow': {pattern!r} is in policy.path_deny too; path_deny wins"
+        for pattern in policy.path_allow
+        if pattern in policy.path_deny
     ]
 
 

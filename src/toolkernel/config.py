@@ -211,6 +211,7 @@ def from_mapping(
     forbidden += tuple(data.get("extra_forbidden_paths", ()))
     if ledger.get("backend") == "postgres" and not ledger.get("dsn"):
         raise ConfigError(f"{label}: key 'ledger.dsn': the postgres backend needs a DSN")
+    _check_backend_keys(ledger, label)
     profile = run.get("profile", "read-only")
     policy = _policy(data.get("policy", {}), data.get("budget", {}), data.get("rate_limits", {}))
     _check_profiles(data, policy.profiles, label)
@@ -260,6 +261,24 @@ def _check_regular_file(path: Path) -> None:
         raise ConfigError(f"{_shown(path)}: cannot read the configuration ({why})") from exc
     if not stat.S_ISREG(mode):
         raise ConfigError(f"{path}: cannot read the configuration (not a regular file)")
+
+
+# The [ledger] keys only one backend reads: set for the other, they would be ignored
+# (a DSN without backend = "postgres" left the events in SQLite).
+_BACKEND_KEYS: Final = {"sqlite": ("path", "synchronous"), "postgres": ("dsn", "schema")}
+
+
+def _check_backend_keys(ledger: Mapping[str, Any], label: str) -> None:
+    backend = ledger.get("backend", "sqlite")
+    for other, keys in _BACKEND_KEYS.items():
+        for key in keys:
+            if other != backend and key in ledger:
+                raise ConfigError(
+                    f"{label}: key 'ledger.{key}': only the {other} backend reads it, and "
+                    f"ledger.backend is '{backend}'"
+                    + (" (the default)" if "backend" not in ledger else "")
+                    + f'; set backend = "{other}" or remove the key'
+                )
 
 
 def _subschema(path: Sequence[str | int], document: Any = CONFIG_SCHEMA) -> Any:

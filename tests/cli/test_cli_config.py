@@ -314,3 +314,58 @@ def test_a_definitions_file_tool_that_nothing_here_can_run_is_refused_at_load(
         ), err
         assert "team.build: field 'executionMode'" in err
         assert fix in err
+
+
+@pytest.mark.parametrize(
+    ("toml", "key", "why"),
+    [
+        ('[ledger]\ndsn = "postgresql://ada@db/audit"\n', "ledger.dsn", "backend is 'sqlite'"),
+        ('[ledger]\nschema = "audit"\n', "ledger.schema", "backend is 'sqlite'"),
+        (
+            '[ledger]\nbackend = "postgres"\ndsn = "postgresql://ada@db/audit"\npath = "l.db"\n',
+            "ledger.path",
+            "backend is 'postgres'",
+        ),
+        (
+            '[ledger]\nbackend = "postgres"\ndsn = "postgresql://ada@db/audit"\n'
+            'synchronous = "full"\n',
+            "ledger.synchronous",
+            "backend is 'postgres'",
+        ),
+    ],
+)
+def test_a_ledger_key_the_backend_does_not_read_is_refused(capsys, workspace, toml, key, why):
+    # A DSN without backend = "postgres" was ignored: the events went to SQLite while
+    # the user believed them in PostgreSQL.
+    (workspace / "toolkernel.toml").write_text(toml)
+    code, out, err = check(capsys, workspace)
+    assert code == 2
+    assert out == ""
+    assert f"key '{key}'" in err
+    assert why in err
+
+
+def test_config_check_warns_of_a_server_command_not_found(capsys, workspace):
+    (workspace / "toolkernel.toml").write_text(
+        '[[mcp.servers]]\nname = "git"\ncommand = ["no-such-mcp-server-xyz", "--stdio"]\n'
+        '[[mcp.servers]]\nname = "ok"\ncommand = ["true"]\n'
+    )
+    code, out, err = check(capsys, workspace)
+    assert code == 0  # the gateway goes on without it, as it would at serve time
+    assert "valid" in out
+    warned = [line for line in err.splitlines() if "warning" in line]
+    assert len(warned) == 1, err
+    assert "key 'mcp.servers.0.command'" in warned[0]
+    assert "'no-such-mcp-server-xyz' is not found" in warned[0]
+
+
+def test_config_check_warns_of_a_path_both_allowed_and_denied(capsys, workspace):
+    (workspace / "toolkernel.toml").write_text(
+        '[policy]\npath_allow = ["src/**", "docs/**"]\npath_deny = ["src/**"]\n'
+    )
+    code, _, err = check(capsys, workspace)
+    assert code == 0
+    warned = [line for line in err.splitlines() if "warning" in line]
+    assert len(warned) == 1, err
+    assert "'src/**'" in warned[0]
+    assert "path_deny wins" in warned[0]

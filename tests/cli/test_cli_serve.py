@@ -64,3 +64,15 @@ def test_a_port_in_use_is_one_line_and_exit_2(tmp_path: Path):
         f"UsageError: cannot listen on 127.0.0.1 port {port}: Address already in use"
     )
     assert "ExceptionGroup" not in completed.stderr
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--port", "9000"], ["--host", "0.0.0.0"], ["--allow-remote"], ["--allowed-origin", "x"]],
+)
+def test_http_options_without_the_http_transport_are_a_usage_error(capsys, tmp_path, flags):
+    # Served over stdio instead, a user who asked for port 9000 would find nothing there.
+    assert main(["serve", *flags, "--workspace", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert flags[0] in err
+    assert "--transport http" in err
