@@ -3,6 +3,7 @@ cancellation, crash and restart, rejection."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -270,8 +271,9 @@ async def test_a_poisoned_tool_is_rejected_and_the_run_goes_on(workspace):
     assert all(rule.startswith("P") for rule in rules)
 
 
-async def test_tools_off_the_allowlist_are_rejected(workspace):
+async def test_tools_off_the_allowlist_are_rejected(workspace, caplog):
     kernel = open_kernel(workspace)
+    caplog.set_level(logging.INFO, logger="toolkernel")
     with anyio.fail_after(30):
         async with McpBridge(kernel, [fixture_server(tools=frozenset({"echo"}))]) as bridge:
             [report] = await bridge.connect_all()
@@ -279,6 +281,13 @@ async def test_tools_off_the_allowlist_are_rejected(workspace):
     rejected = events_of(kernel, EventType.REMOTE_TOOL_REJECTED)
     assert {e.payload["tool"] for e in rejected} >= {"slow", "crash", "fail"}
     assert all(e.payload["reasons"][0]["rule"] == "ALLOWLIST" for e in rejected)
+    # What the user left out on purpose is one line of information, not a warning a
+    # tool (every `toolkernel call` printed one line per tool left out).
+    bridge_records = [r for r in caplog.records if r.name.startswith("toolkernel.mcp")]
+    assert not [r for r in bridge_records if r.levelno >= logging.WARNING]
+    [summary] = [r.getMessage() for r in bridge_records if "allowlist" in r.getMessage()]
+    assert f"{len(rejected)} tools not on its allowlist" in summary
+    assert "slow" in summary
 
 
 async def test_a_dead_server_at_start_does_not_stop_the_others(workspace):

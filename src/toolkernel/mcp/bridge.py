@@ -178,6 +178,7 @@ _STDERR_CHUNK: Final = 65_536
 _HELD: Final = (
     "Its server changed its definition; it is withdrawn until an operator approves the change."
 )
+_LEFT_OUT_SHOWN: Final = 10  # tools named in the line that lists those off the allowlist
 _REJECTED: Final = "Its server's new definition was refused as unsafe; it is withdrawn."
 _RETRY_ADVICE: Final = "It may work if called again."
 _NO_RETRY_ADVICE: Final = "Calling it again the same way will not help."
@@ -1212,6 +1213,7 @@ class McpBridge:
         rejected: list[str] = []
         held: list[str] = []
         seen: set[str] = set()
+        left_out: list[str] = []  # off the allowlist: the user's choice, not a warning
         pinned: dict[str, list[str]] = {}  # the server's pinned remote names, by local name
         for remote in self.pins.pinned(config.name):
             pinned.setdefault(namespaced(config.name, remote), []).append(remote)
@@ -1227,7 +1229,9 @@ class McpBridge:
                     self._withdraw(admission.name, _REJECTED)
                 rejected.append(admission.remote_name)
                 reported = self._rejected_event(admission, admission.reasons)
-                if reported:
+                if reported and _off_allowlist(admission):
+                    left_out.append(admission.remote_name)
+                elif reported:
                     _log.warning("%s was refused: %s", _shown(admission.name), _why(admission))
                 events.extend(reported)
                 continue
@@ -1274,6 +1278,20 @@ class McpBridge:
                 )
                 reason = RejectReason("PIN_APPROVAL", why)
                 events.extend(self._rejected_event(admission, (reason,)))
+        if left_out:
+            shown = ", ".join(_shown(name) for name in left_out[:_LEFT_OUT_SHOWN])
+            more = (
+                f" and {len(left_out) - _LEFT_OUT_SHOWN} more"
+                if len(left_out) > _LEFT_OUT_SHOWN
+                else ""
+            )
+            _log.info(
+                "%s: %d tools not on its allowlist are left out: %s%s",
+                _shown(config.name),
+                len(left_out),
+                shown,
+                more,
+            )
         for gone in state.names - seen:
             self._withdraw(gone)
         state.names = seen
@@ -1685,6 +1703,10 @@ def _content_item(
     if isinstance(block, types.ResourceLink):
         return {"type": "resource_link", "uri": str(block.uri), "name": block.name}
     return {"type": str(getattr(block, "type", "unknown")), "note": "content type not bridged"}
+
+
+def _off_allowlist(admission: Admission) -> bool:
+    return [reason.rule for reason in admission.reasons] == ["ALLOWLIST"]
 
 
 def _why(admission: Admission) -> str:
