@@ -43,6 +43,7 @@ from typing import Any, Final, Self
 
 import anyio
 import anyio.to_thread
+import sniffio
 
 from toolkernel.approval import ApprovalDecision, ApprovalRequest, Approver, ask
 from toolkernel.arguments import ArgumentsRejected, parse_arguments
@@ -675,8 +676,18 @@ class Kernel:
         ``call_sync`` at the same time need a run each (``start_run`` per thread).
         A tool that calls the kernel on its own run gets UsageError (the call would
         wait for itself); a nested call needs a run of its own.
+
+        Raises:
+            UsageError: called where an event loop runs (``await kernel.call`` there).
         """
-        return anyio.run(lambda: self.call(run, tool_name, arguments, **fields))
+        try:
+            library = sniffio.current_async_library()
+        except sniffio.AsyncLibraryNotFoundError:
+            return anyio.run(lambda: self.call(run, tool_name, arguments, **fields))
+        raise UsageError(
+            f"call_sync was called inside a running event loop ({library}), which it "
+            "would have to stop for the call: use 'await kernel.call(...)' there"
+        )
 
     def close(self) -> None:
         """Close the kernel: no call starts after this. Calls in flight are cancelled

@@ -2245,3 +2245,14 @@ async def test_a_worker_thread_that_cannot_start_is_the_runtime_s_failure_and_pa
     with anyio.fail_after(5):
         again = await kernel.call(run, "n.echo", {"x": 7})
     assert (again.status, again.structured_output) == (Status.SUCCEEDED, 7)
+
+
+async def test_call_sync_inside_a_running_event_loop_says_to_await_call(kernel_factory):
+    kernel = kernel_factory()
+    run = kernel.start_run()
+    with pytest.raises(UsageError, match=r"await kernel\.call\(") as refused:
+        kernel.call_sync(run, "memory.read", {})
+    assert "running event loop" in str(refused.value)
+    # Nothing of the refused call was proposed: the run takes the call when awaited.
+    result = await kernel.call(run, "memory.read", {})
+    assert result.status is Status.SUCCEEDED
