@@ -53,12 +53,15 @@ class ApprovalRequest:
 class ApprovalDecision:
     """An approver's answer. ``asked`` is False when nobody could decide (the client
     cannot ask its user, the approver failed): the call is then APPROVAL_REQUIRED,
-    not the user's refusal (APPROVAL_REJECTED), which tells the model not to retry."""
+    not the user's refusal (APPROVAL_REJECTED), which tells the model not to retry.
+    ``advice`` then says how the call can be approved, in the result's message (and
+    so in the ledger) instead of the runtime's own advice for the CLI and library."""
 
     approved: bool
     approver: str
     note: str = ""
     asked: bool = True
+    advice: str = ""
 
 
 _THREAD: Final = "toolkernel-approver"
@@ -108,15 +111,19 @@ def _checked(answer: object) -> ApprovalDecision:
     if type(answer.approved) is not bool or type(answer.asked) is not bool:
         raise TypeError("ApprovalDecision.approved and .asked must be True or False")
     note = "" if answer.note is None else answer.note
-    if not isinstance(answer.approver, str) or not isinstance(note, str):
-        raise TypeError("ApprovalDecision.approver and .note must be strings")
+    if not all(isinstance(text, str) for text in (answer.approver, note, answer.advice)):
+        raise TypeError("ApprovalDecision.approver, .note and .advice must be strings")
     # As the ledger records them: cut, and storable whatever they hold.
     return ApprovalDecision(
         answer.approved,
         utf8_text(answer.approver[:200]),
         utf8_text(note[:500]),
         asked=answer.asked,
+        advice=utf8_text(answer.advice[:_MAX_ADVICE]),
     )
+
+
+_MAX_ADVICE: Final = 1000
 
 
 class TerminalApprover:

@@ -1580,7 +1580,9 @@ class Kernel:
             )
         )
         if not answer.approved and not answer.asked:  # nobody decided: it waits for one
-            message = _approval_required_message(tool.name, decision.approval_reasons)
+            message = _approval_required_message(
+                tool.name, decision.approval_reasons, answer.advice
+            )
             return Decision(False, ErrorCode.APPROVAL_REQUIRED, message)
         if not answer.approved:
             return Decision(
@@ -1999,14 +2001,16 @@ def _no_adapter(definition: ToolDefinition) -> Decision:
     return Decision(False, code, safe_message(code, tool=definition.name))
 
 
-def _approval_required_message(tool: str, reasons: Sequence[str]) -> str:
-    why = f"It is held because {'; '.join(reasons)}. " if reasons else ""
-    return safe_message(
-        ErrorCode.APPROVAL_REQUIRED,
-        tool=tool,
-        how=f"{why}Ask the user to approve it "
-        "(CLI: rerun with --approve; library: pass an approver).",
-    )
+def _approval_required_message(tool: str, reasons: Sequence[str], advice: str = "") -> str:
+    """APPROVAL_REQUIRED's message: ``advice`` (an approver's, which knows how its user
+    can approve), or why the call is held and the CLI's and library's way."""
+    if not advice:
+        why = f"It is held because {'; '.join(reasons)}. " if reasons else ""
+        advice = (
+            f"{why}Ask the user to approve it "
+            "(CLI: rerun with --approve; library: pass an approver)."
+        )
+    return safe_message(ErrorCode.APPROVAL_REQUIRED, tool=tool, how=advice)
 
 
 def open_ledger(config: Config, *, read_only: bool = False) -> Ledger:

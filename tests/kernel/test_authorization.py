@@ -1099,6 +1099,37 @@ async def test_a_refusal_by_nobody_is_approval_required_not_rejected(
     assert "web.fetch" not in calls.count
 
 
+async def test_an_approvers_advice_is_the_message_the_model_gets_and_the_ledger_keeps(
+    kernel_factory, calls
+):
+    advice = "Open the review page at https://review.example/42 and approve it there."
+    answer = ApprovalDecision(False, "svc", "nobody reachable", asked=False, advice=advice)
+    kernel = kernel_factory(NETWORK_ASK, approver=lambda _request: answer)
+    run = kernel.start_run()
+    result = await kernel.call(run, "web.fetch", {"url": "https://example.org"})
+    assert result.error_code is ErrorCode.APPROVAL_REQUIRED
+    assert advice in result.safe_message
+    assert "--approve" not in result.safe_message  # the runtime's own advice is replaced
+    [recorded] = [
+        e.payload["result"]
+        for e in kernel.ledger.events(run.id)
+        if e.type is EventType.TOOL_CALL_RESULT
+    ]
+    assert recorded["safeMessage"] == result.safe_message
+    assert "web.fetch" not in calls.count
+
+
+async def test_an_approvers_advice_that_is_no_string_counts_as_a_broken_approver(
+    kernel_factory, calls
+):
+    answer = ApprovalDecision(False, "svc", "x", asked=False, advice=42)  # type: ignore[arg-type]
+    kernel = kernel_factory(NETWORK_ASK, approver=lambda _request: answer)
+    result = await kernel.call(kernel.start_run(), "web.fetch", {"url": "https://example.org"})
+    assert result.error_code is ErrorCode.APPROVAL_REQUIRED
+    assert "42" not in result.safe_message
+    assert "web.fetch" not in calls.count
+
+
 async def test_a_deny_rule_without_a_reason_ends_its_message_cleanly(kernel_factory, calls):
     kernel = kernel_factory(
         """

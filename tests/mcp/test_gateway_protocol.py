@@ -233,6 +233,8 @@ def test_a_failed_elicitation_is_approval_required_not_a_users_refusal(served: P
             if e.type is EventType.TOOL_CALL_RESULT
         ]
         assert recorded["errorCode"] == ErrorCode.APPROVAL_REQUIRED  # the ledger agrees
+        # Word for word: replay rebuilds what the model was told from the ledger.
+        assert recorded["safeMessage"] == seen["safeMessage"]
 
     anyio.run(main)
 
@@ -255,6 +257,12 @@ def test_the_advice_names_the_network_setting_when_that_is_what_asks(tmp_path: P
         assert (seen["status"], seen["errorCode"]) == (Status.DENIED, ErrorCode.APPROVAL_REQUIRED)
         assert 'network = "allow"' in seen["safeMessage"]
         assert "[[policy.rules]]" not in seen["safeMessage"]
+        (recorded,) = [
+            e.payload["result"]
+            for e in ledger_events(workspace, result.meta[RUN_META])
+            if e.type is EventType.TOOL_CALL_RESULT
+        ]
+        assert recorded["safeMessage"] == seen["safeMessage"]  # what the model was told
 
     anyio.run(main)
 

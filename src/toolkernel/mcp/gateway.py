@@ -48,7 +48,6 @@ from contextlib import (
     suppress,
 )
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Final, Literal
 
@@ -74,7 +73,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from toolkernel.approval import Approver
 from toolkernel.calls import ToolCallResult, new_id
 from toolkernel.cancel import CancellationToken
-from toolkernel.codes import CATALOG, ErrorCode, Status, safe_message
+from toolkernel.codes import CATALOG, ErrorCode
 from toolkernel.daemon import in_daemon_thread
 from toolkernel.definition import ExecutionMode
 from toolkernel.errors import LedgerError, UsageError
@@ -85,7 +84,7 @@ from toolkernel.mcp.gateway_approval import (
     ElicitingApprover,
     answer_binding,
     approval_form,
-    how_to_approve,
+    cannot_ask,
 )
 from toolkernel.mcp.gateway_render import RUN_META, render_result, render_tool
 from toolkernel.run import Run
@@ -203,7 +202,8 @@ class Gateway:
         arguments = params.arguments or {}
         proposed: dict[str, Any] | str = arguments
         stop = CancellationToken()  # the client cancelled: stop waiting for its user
-        approver: Approver | None = None
+        # Without an approver of the kernel's, the client's user is asked, if it can be.
+        approver: Approver | None = cannot_ask if self.kernel.approver is None else None
         if isinstance(ctx.params, _ArgumentsNotObject):
             # Refused by validation, which comes before approval: nobody is asked.
             proposed = ctx.params.arguments_text
@@ -219,15 +219,8 @@ class Gateway:
                     if needed is not None:
                         return needed
         result = await self._governed(ctx, run, params.name, proposed, approver, stop)
-        reasons = partial(self._approval_reasons, run, params)
-        result = _with_how_to_approve(result, approver, params.name, reasons)
         tool = self.kernel.registry.find(params.name, None)
         return render_result(result, tool, run_id=run.id)
-
-    def _approval_reasons(self, run: Run, params: types.CallToolRequestParams) -> list[str]:
-        """Why the call needs approval, as the policy says now."""
-        explained = self.kernel.explain(run, params.name, params.arguments or {})
-        return [str(reason) for reason in explained.get("approvalReasons", ())]
 
     async def _governed(
         self,
@@ -328,31 +321,6 @@ class Gateway:
             input_requests={APPROVAL_INPUT: types.ElicitRequest(params=form)},
             request_state=answer_binding(name, arguments),
         )
-
-
-def _with_how_to_approve(
-    result: ToolCallResult,
-    approver: Approver | None,
-    tool: str,
-    reasons: Callable[[], Sequence[str]],
-) -> ToolCallResult:
-    """``result`` saying how to approve the call when nobody could be asked about it:
-    the client cannot ask its user, or its elicitation failed (APPROVAL_REQUIRED in
-    the ledger too: the model must not read that the user refused)."""
-    if result.status is not Status.DENIED:
-        return result
-    if approver is None and result.error_code is ErrorCode.APPROVAL_REQUIRED:
-        how = how_to_approve(tool, reasons())
-    elif (
-        isinstance(approver, ElicitingApprover)
-        and approver.unasked is not None
-        and result.error_code is ErrorCode.APPROVAL_REQUIRED
-    ):
-        how = how_to_approve(tool, reasons(), unasked=approver.unasked)
-    else:
-        return result
-    message = safe_message(ErrorCode.APPROVAL_REQUIRED, tool=tool, how=how)
-    return result.with_(error_code=ErrorCode.APPROVAL_REQUIRED, safe_message=message)
 
 
 _NO_CURSOR: Final = "Unknown cursor: the tools are listed on one page; list them without one."

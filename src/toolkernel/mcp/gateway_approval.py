@@ -8,12 +8,15 @@ able to ask its user, so the gateway passes each ``tools/call`` its own approver
   ``elicitation/create`` form request showing the tool and its full arguments
   (``ElicitingApprover``): accept approves, decline or cancel rejects
   (APPROVAL_REJECTED); a request the client fails (an error, an answer that is no
-  form result) asked nobody, and the gateway says how to approve (``unasked``);
+  form result) asked nobody, and the call's message says how to approve it;
 * a 2026-07-28 client cannot receive server requests; the gateway returns an
   ``InputRequiredResult`` carrying the same form, and the client's retry brings the
   answer (``AnsweredApprover``), bound to the tool and arguments it was asked about;
-* any other client has no approver: the kernel refuses with DENIED/APPROVAL_REQUIRED
-  and the gateway says how to approve (``how_to_approve``).
+* any other client cannot ask its user (``cannot_ask``): the call is
+  DENIED/APPROVAL_REQUIRED, and its message says how to approve it.
+
+The advice (``how_to_approve``) is the approver's answer's ``advice``, so the kernel
+records the message the client is sent, word for word.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ __all__ = [
     "ElicitingApprover",
     "answer_binding",
     "approval_form",
+    "cannot_ask",
     "how_to_approve",
 ]
 
@@ -158,7 +162,8 @@ class ElicitingApprover:
                 tool = printable(request.tool_name)
                 _log.warning("elicitation for %s failed: %s", tool, self.unasked)
                 note = f"elicitation failed: {self.unasked}"
-                return ApprovalDecision(False, APPROVER_NAME, note, asked=False)
+                advice = how_to_approve(request.tool_name, request.reasons, unasked=self.unasked)
+                return ApprovalDecision(False, APPROVER_NAME, note, asked=False, advice=advice)
         if answer is None:
             note = "the call was cancelled" if token.cancelled else "no answer in time"
             return ApprovalDecision(False, APPROVER_NAME, note)
@@ -172,6 +177,17 @@ def _failure(exc: MCPError | ValidationError) -> str:
     if isinstance(exc, MCPError):
         return f"the client answered error {exc.code}"
     return "the client's answer is no elicitation result"
+
+
+def cannot_ask(request: ApprovalRequest) -> ApprovalDecision:
+    """The approver of a client that cannot ask its user: nobody decides, and the
+    call's message (as the ledger keeps it) says how to approve it."""
+    advice = how_to_approve(request.tool_name, request.reasons)
+    return ApprovalDecision(False, APPROVER_NAME, _CANNOT_ASK, asked=False, advice=advice)
+
+
+cannot_ask.inline = True  # type: ignore[attr-defined] # it decides at once: no thread
+_CANNOT_ASK: Final = "the client cannot ask its user (no elicitation capability)"
 
 
 class AnsweredApprover:
