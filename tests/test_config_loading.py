@@ -632,3 +632,15 @@ def test_an_unknown_key_is_refused_naming_the_keys_its_table_takes(workspace, te
     message = str(refused.value)
     for name in known:
         assert f"'{name}'" in message
+
+
+@pytest.mark.parametrize(
+    ("text", "bound"),
+    [
+        ("", 2048 * 1024 * 1024),
+        ("[artifacts]\nmax_mib = 64\n", 64 * 1024 * 1024),
+        ("[artifacts]\nmax_mib = 0\n", None),
+    ],
+)
+def test_the_artifact_store_is_bounded_unless_told_to_keep_everything(workspace, text, bound):
+    assert load(workspace, text).artifacts_max_bytes == bound

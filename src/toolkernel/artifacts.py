@@ -31,7 +31,7 @@ import json
 import os
 import secrets
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO, Final, Self
@@ -60,9 +60,12 @@ class ArtifactStore:
             nothing (a store for one kernel should have the kernel's).
     """
 
-    def __init__(self, root: Path, *, redactor: Redactor | None = None) -> None:
+    def __init__(
+        self, root: Path, *, redactor: Redactor | None = None, max_bytes: int | None = None
+    ) -> None:
         self.root = root
         self.redactor = redactor
+        self.max_bytes = max_bytes
 
     def put(
         self,
@@ -166,7 +169,8 @@ class ArtifactStore:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as exc:
-            raise UsageError(f"unknown artifact {artifact_id[:80]}") from exc
+            raise UsageError(f"unknown artifact {artifact_id[:80]}{self._pruned()}") from exc
+        _used(path)
         return os.fdopen(fd, "rb")
 
     def metadata(self, artifact_id: str) -> dict[str, Any]:
@@ -177,7 +181,7 @@ class ArtifactStore:
         """
         meta = self._path(_digest(artifact_id)).with_suffix(".json")
         if not meta.is_file():
-            raise UsageError(f"unknown artifact {artifact_id[:80]}")
+            raise UsageError(f"unknown artifact {artifact_id[:80]}{self._pruned()}")
         loaded: dict[str, Any] = json.loads(meta.read_text(encoding="utf-8"))
         return loaded
 
@@ -202,7 +206,43 @@ class ArtifactStore:
             # artifact, and rewriting the sidecar would race with readers.
             meta = {**ref.to_dict(), "producer": producer, "storedAt": timestamp()}
             _write_private(meta_path, json.dumps(meta).encode())
+        _used(self._path(digest))  # stored again: as recently used as a new one
+        if self.max_bytes is not None:
+            self._prune(keep=digest)
         return ref
+
+    def _prune(self, keep: str) -> None:
+        """Remove the least recently used artifacts (stored or read) until the store
+        holds at most ``max_bytes``; ``keep``, just stored, stays whatever its size."""
+        assert self.max_bytes is not None
+        held: list[tuple[int, Path, int]] = []
+        total = 0
+        for shard in self.root.glob("??"):
+            for path in shard.iterdir():
+                if path.suffix:  # a sidecar, or a file being written
+                    continue
+                try:
+                    status = path.stat()
+                except FileNotFoundError:  # pruned by another process meanwhile
+                    continue
+                total += status.st_size
+                held.append((status.st_mtime_ns, path, status.st_size))
+        for _, path, size in sorted(held):
+            if total <= self.max_bytes:
+                break
+            if path.name == keep:
+                continue
+            # A reader that opened it reads on; the next to ask is told it was pruned.
+            path.with_suffix(".json").unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
+            total -= size
+
+    def _pruned(self) -> str:
+        if self.max_bytes is None:
+            return ""
+        return (
+            f" (or pruned: the store keeps the most recently used {self.max_bytes} bytes of output)"
+        )
 
     def _path(self, digest: str) -> Path:
         return self.root / digest[:2] / digest
@@ -366,6 +406,12 @@ def _digest(artifact_id: str) -> str:
     if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
         raise UsageError(f"malformed artifact id {artifact_id[:80]!r}")
     return digest
+
+
+def _used(path: Path) -> None:
+    """Mark an artifact used now: the bounded store prunes the least recently used."""
+    with suppress(OSError):  # pruned meanwhile, or a store we may only read
+        os.utime(path)
 
 
 def _ensure_private_dir(path: Path) -> None:

@@ -73,6 +73,10 @@ class LedgerConfig:
     schema: str = "toolkernel"
 
 
+_MIB: Final = 1024 * 1024
+DEFAULT_ARTIFACTS_MIB: Final = 2048
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     """The runtime's configuration, resolved to absolute paths."""
@@ -82,6 +86,8 @@ class Config:
     forbidden_paths: tuple[str, ...] = DEFAULT_FORBIDDEN
     max_argument_bytes: int = 256 * 1024
     ledger: LedgerConfig = field(default_factory=LedgerConfig)
+    # The artifact store's bound ([artifacts] max_mib); None keeps every artifact.
+    artifacts_max_bytes: int | None = DEFAULT_ARTIFACTS_MIB * _MIB
     exposure: tuple[ExposureRule, ...] = DEFAULT_EXPOSURE
     policy: Policy = field(default_factory=Policy)
     max_parallel_reads: int = 4
@@ -225,6 +231,7 @@ def from_mapping(
         state_dir=state_dir,
         forbidden_paths=forbidden,
         max_argument_bytes=int(data.get("max_argument_bytes", 256 * 1024)),
+        artifacts_max_bytes=_artifacts_bound(data.get("artifacts", {})),
         ledger=LedgerConfig(
             backend=ledger.get("backend", "sqlite"),
             path=ledger_path,
@@ -248,6 +255,11 @@ def from_mapping(
         mcp_servers=_mcp_servers(data.get("mcp"), root, label),
         source=source,
     )
+
+
+def _artifacts_bound(artifacts: Mapping[str, Any]) -> int | None:
+    mib = int(artifacts.get("max_mib", DEFAULT_ARTIFACTS_MIB))
+    return mib * _MIB if mib else None  # 0: keep every artifact
 
 
 def _check_regular_file(path: Path) -> None:

@@ -367,7 +367,11 @@ class Kernel:
         self.approver = approver
         self.redactor = Redactor(self.guard.workspace, secrets)
         # The secrets it knows are masked in what the store keeps: artifacts outlive them.
-        self.artifacts = ArtifactStore(self.config.state_dir / "artifacts", redactor=self.redactor)
+        self.artifacts = ArtifactStore(
+            self.config.state_dir / "artifacts",
+            redactor=self.redactor,
+            max_bytes=self.config.artifacts_max_bytes,
+        )
         # [sandbox] secret_env values are in this process's environment, where any tool
         # or bridged server can read them: masked from the start, workspace tools or not.
         for name in self.config.sandbox.get("secret_env", ()):

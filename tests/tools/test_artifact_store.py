@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 from toolkernel.artifacts import ArtifactStore
 from toolkernel.codes import ErrorCode, Status
+from toolkernel.errors import UsageError
 from toolkernel.testing import make_kernel
 from toolkernel.tools import install
 
@@ -142,3 +144,72 @@ async def test_a_range_that_ends_before_it_starts_is_out_of_bounds(kernel, bound
         ErrorCode.OUT_OF_BOUNDS,
     )
     assert f"'{prop}'" in result.safe_message
+
+
+# --- a bounded store: the least recently used artifacts go first ----------------------
+
+
+def _aged(store: ArtifactStore, data: bytes, age_s: int) -> str:
+    """Store ``data`` and date its last use ``age_s`` seconds back."""
+    ref = store.put(data)
+    path = store.root / ref.id[7:9] / ref.id[7:]
+    used = path.stat().st_mtime - age_s
+    os.utime(path, (used, used))
+    return ref.id
+
+
+def test_a_store_over_its_bound_drops_the_least_recently_used_artifacts(tmp_path):
+    store = ArtifactStore(tmp_path / "artifacts", max_bytes=3000)
+    oldest = _aged(store, b"a" * 1000, 300)
+    middle = _aged(store, b"b" * 1000, 200)
+    recent = _aged(store, b"c" * 1000, 100)
+    store.read(oldest, 0, 1)  # read since: now the most recently used
+    newest = store.put(b"d" * 1000).id
+    assert store.read(newest) == b"d" * 1000
+    assert store.read(oldest, 0, 3) == b"aaa"
+    assert store.read(recent, 0, 3) == b"ccc"
+    with pytest.raises(UsageError, match="pruned") as gone:
+        store.read(middle)
+    assert "3000 bytes" in str(gone.value)
+    assert not (store.root / middle[7:9] / f"{middle[7:]}.json").exists()  # its sidecar too
+
+
+def test_an_artifact_larger_than_the_bound_is_kept_alone(tmp_path):
+    store = ArtifactStore(tmp_path / "artifacts", max_bytes=1000)
+    small = _aged(store, b"s" * 500, 100)
+    large = store.put(b"L" * 4000).id
+    assert store.read(large, 0, 2) == b"LL"
+    with pytest.raises(UsageError, match="pruned"):
+        store.read(small)
+
+
+def test_storing_the_same_bytes_again_counts_as_a_use(tmp_path):
+    store = ArtifactStore(tmp_path / "artifacts", max_bytes=2000)
+    first = _aged(store, b"x" * 1000, 300)
+    second = _aged(store, b"y" * 1000, 200)
+    assert store.put(b"x" * 1000).id == first  # used again: the newer of the two now
+    store.put(b"z" * 1000)
+    assert store.read(first, 0, 1) == b"x"
+    with pytest.raises(UsageError, match="pruned"):
+        store.read(second)
+
+
+async def test_the_configured_bound_applies_to_what_tools_store(workspace):
+    big = "needle line\n" * 3_000  # its matches: about 570 KB of ripgrep JSON
+    (workspace / "a.txt").write_text(big)
+    (workspace / "b.txt").write_text(big.replace("needle", "pinned"))
+    kernel = make_kernel(workspace, CONFIG + "[artifacts]\nmax_mib = 1\n")
+    install(kernel)
+    with kernel:
+        assert kernel.artifacts.max_bytes == 1024 * 1024
+        run = kernel.start_run()
+        for query in ("needle", "pinned", "needle"):  # two do not fit in 1 MiB
+            result = await kernel.call(run, "repo.search", {"query": query})
+            assert result.status in (Status.SUCCEEDED, Status.PARTIAL), result.safe_message
+            assert result.artifacts
+        stored = sum(
+            p.stat().st_size for p in kernel.artifacts.root.glob("??/*") if p.suffix != ".json"
+        )
+        assert 0 < stored <= 1024 * 1024
+        [last] = result.artifacts
+        assert kernel.artifacts.read(last.id, 0, 1)

@@ -313,7 +313,7 @@ class Sandbox:
         self.artifacts = (
             store
             if store.redactor is ctx.kernel.redactor
-            else ArtifactStore(store.root, redactor=ctx.kernel.redactor)
+            else ArtifactStore(store.root, redactor=ctx.kernel.redactor, max_bytes=store.max_bytes)
         )
         self.settings = adapter.settings
         self._env = {
