@@ -80,14 +80,16 @@ class ResultRenderer(Protocol):
 
     def __call__(
         self, results: Sequence[ToolCallResult], /, *, names: NameMap | None = ...
-    ) -> list[dict[str, Any]]: ...
+    ) -> Sequence[Mapping[str, Any]]: ...
 
 
 @dataclass(frozen=True, slots=True)
 class ProviderFormat:
     """One provider API's three translations."""
 
-    render_tools: Callable[[Sequence[ToolDefinition]], list[dict[str, Any]]]
+    # The renderers return the SDK's parameter types (TypedDicts); a loop, for any of
+    # the providers, hands them on as plain dicts.
+    render_tools: Callable[[Sequence[ToolDefinition]], Sequence[Mapping[str, Any]]]
     parse: CallParser
     render_results: ResultRenderer
 
@@ -101,7 +103,7 @@ def _anthropic_calls(
 
 def _anthropic_results(
     results: Sequence[ToolCallResult], /, *, names: NameMap | None = None
-) -> list[dict[str, Any]]:
+) -> Sequence[Mapping[str, Any]]:
     # Every tool_result of a turn goes in the one user message that follows it.
     return [render_anthropic_results(results, names=names)] if results else []
 
@@ -184,7 +186,7 @@ class AgentLoop:
         """
         shown = self.kernel.expose(self.run)
         self._names = tool_names(self.kernel, shown)
-        return self._format.render_tools(shown)
+        return [dict(tool) for tool in self._format.render_tools(shown)]
 
     def calls(self, response: Any) -> list[ToolCall]:
         """The tool calls ``response`` proposes, in the model's order, provider ids kept.
@@ -223,7 +225,9 @@ class AgentLoop:
     def render(self, results: Sequence[ToolCallResult]) -> list[dict[str, Any]]:
         """The messages that carry ``results`` back to the model (their projections,
         tools named as the model was shown them)."""
-        return self._format.render_results(results, names=self._names)
+        return [
+            dict(message) for message in self._format.render_results(results, names=self._names)
+        ]
 
     async def handle(self, response: Any) -> list[dict[str, Any]]:
         """Execute the calls of ``response``; return the messages to append after it.

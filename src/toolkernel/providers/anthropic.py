@@ -15,7 +15,7 @@ handed to the kernel as JSON text, which refuses it as ARGUMENTS_NOT_OBJECT.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from toolkernel.calls import ToolCallResult
 from toolkernel.codes import Status
@@ -32,12 +32,15 @@ from toolkernel.providers.names import (
 from toolkernel.providers.schemas import plain_object_schema
 from toolkernel.run import ToolCall
 
+if TYPE_CHECKING:  # the SDK's own parameter types, for embedders type-checking their calls
+    from anthropic.types import MessageParam, ToolParam
+
 __all__ = ["parse_anthropic", "render_anthropic_results", "render_anthropic_tools"]
 
 _USABLE: Final = frozenset({Status.SUCCEEDED, Status.PARTIAL})
 
 
-def render_anthropic_tools(definitions: Sequence[ToolDefinition]) -> list[dict[str, Any]]:
+def render_anthropic_tools(definitions: Sequence[ToolDefinition]) -> list[ToolParam]:
     """The ``tools`` parameter of ``client.messages.create``.
 
     Args:
@@ -81,7 +84,7 @@ def render_anthropic_results(
     *,
     calls: Sequence[ToolCall] | None = None,
     names: NameMap | None = None,
-) -> dict[str, Any]:
+) -> MessageParam:
     """One user message with a ``tool_result`` block per result, in order.
 
     Anthropic wants every result of a turn in the one user message that follows it.
@@ -112,7 +115,7 @@ def render_anthropic_results(
     }
 
 
-def _tool(names: NameMap, definition: ToolDefinition) -> dict[str, Any]:
+def _tool(names: NameMap, definition: ToolDefinition) -> ToolParam:
     schema, note = plain_object_schema(definition.input_schema)
     return {
         "name": names.provider_name(definition.name),

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from toolkernel.arguments import DEFAULT_MAX_BYTES, ArgumentsRejected, parse_arguments
 from toolkernel.calls import ToolCallResult
@@ -47,6 +47,10 @@ from toolkernel.providers.schemas import (
 )
 from toolkernel.run import ToolCall
 
+if TYPE_CHECKING:  # the SDK's own parameter types, for embedders type-checking their calls
+    from openai.types.chat import ChatCompletionToolMessageParam, ChatCompletionToolParam
+    from openai.types.responses import FunctionToolParam, ResponseInputItemParam
+
 __all__ = [
     "parse_openai_chat",
     "parse_openai_responses",
@@ -66,7 +70,9 @@ _ELLIPSIS: Final = "…"
 _TRAILING_WORD: Final = re.compile(r"\s+\S*\Z")
 
 
-def render_openai_chat_tools(definitions: Sequence[ToolDefinition]) -> list[dict[str, Any]]:
+def render_openai_chat_tools(
+    definitions: Sequence[ToolDefinition],
+) -> list[ChatCompletionToolParam]:
     """The ``tools`` parameter of ``client.chat.completions.create``.
 
     Args:
@@ -78,12 +84,23 @@ def render_openai_chat_tools(definitions: Sequence[ToolDefinition]) -> list[dict
     Raises:
         ProviderNameError: two tools map to the same provider name.
     """
-    return [{"type": "function", "function": fn} for fn in _functions(definitions)]
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": fn.name,
+                "description": fn.description,
+                "parameters": fn.parameters,
+                "strict": fn.strict,
+            },
+        }
+        for fn in _functions(definitions)
+    ]
 
 
 def render_openai_responses_tools(
     definitions: Sequence[ToolDefinition],
-) -> list[dict[str, Any]]:
+) -> list[FunctionToolParam]:
     """The ``tools`` parameter of ``client.responses.create``.
 
     Args:
@@ -95,7 +112,16 @@ def render_openai_responses_tools(
     Raises:
         ProviderNameError: two tools map to the same provider name.
     """
-    return [{"type": "function", **fn} for fn in _functions(definitions)]
+    return [
+        {
+            "type": "function",
+            "name": fn.name,
+            "description": fn.description,
+            "parameters": fn.parameters,
+            "strict": fn.strict,
+        }
+        for fn in _functions(definitions)
+    ]
 
 
 def parse_openai_chat(
@@ -168,7 +194,7 @@ def render_openai_chat_results(
     *,
     calls: Sequence[ToolCall] | None = None,
     names: NameMap | None = None,
-) -> list[dict[str, Any]]:
+) -> list[ChatCompletionToolMessageParam]:
     """One ``role: "tool"`` message per result, in order, carrying its projection.
 
     Args:
@@ -193,8 +219,9 @@ def render_openai_responses_results(
     *,
     calls: Sequence[ToolCall] | None = None,
     names: NameMap | None = None,
-) -> list[dict[str, Any]]:
-    """One ``function_call_output`` input item per result, in order.
+) -> list[ResponseInputItemParam]:
+    """One ``function_call_output`` input item per result, in order (typed as the
+    ``input`` list's items, which a list of the one item type would not match).
 
     ``calls`` and ``names`` as for ``render_openai_chat_results``.
 
@@ -211,19 +238,21 @@ def render_openai_responses_results(
     ]
 
 
-def _functions(definitions: Sequence[ToolDefinition]) -> list[dict[str, Any]]:
+class _Function(NamedTuple):
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    strict: bool
+
+
+def _functions(definitions: Sequence[ToolDefinition]) -> list[_Function]:
     names = NameMap.build(definitions)
     functions = []
     for definition in definitions:
         parameters, strict, note = _parameters(definition.input_schema)
-        functions.append(
-            {
-                "name": names.provider_name(definition.name),
-                "description": _description(definition.description, note),
-                "parameters": parameters,
-                "strict": strict,
-            }
-        )
+        name = names.provider_name(definition.name)
+        description = _description(definition.description, note)
+        functions.append(_Function(name, description, parameters, strict))
     return functions
 
 
