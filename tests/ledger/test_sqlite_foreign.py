@@ -168,3 +168,27 @@ def test_a_call_refuses_a_foreign_database_as_verify_does(tmp_path: Path, capsys
     assert err.startswith("LedgerError: ")
     assert "not a toolkernel ledger" in err
     assert tables(path) == {"customers"}
+
+
+@pytest.mark.parametrize("read_only", [True, False])
+def test_an_emptied_ledger_beside_its_wal_is_refused_and_the_wal_kept(
+    tmp_path: Path, read_only: bool
+) -> None:
+    """A process that dies leaves its last events in ``-wal``; emptying ``ledger.db``
+    then, SQLite would open the empty file and delete the -wal, destroying them: an
+    auditor's ``verify`` must never do that."""
+    path = tmp_path / "ledger.db"
+    ledger = SqliteLedger(path)
+    ledger.append("run-1", [request(1), request(2)])
+    wal = tmp_path / "ledger.db-wal"
+    kept = wal.read_bytes()  # the events, not yet written back into ledger.db
+    assert kept
+    path.write_bytes(b"")
+    try:
+        with pytest.raises(LedgerError, match=r"is an empty file.*-wal") as refused:
+            SqliteLedger(path, read_only=read_only)
+        assert "ledger.db-wal" in str(refused.value)
+        assert wal.read_bytes() == kept
+        assert path.read_bytes() == b""
+    finally:
+        ledger._release_file()  # the writer "died": its connection is not closed

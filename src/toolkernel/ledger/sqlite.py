@@ -498,7 +498,7 @@ def _open(path: Path, synchronous: str) -> sqlite3.Connection:
         os.close(fd)
     if not stat.S_ISREG(status.st_mode):
         raise _not_regular(path)
-    if status.st_size == 0 and not path.with_name(f"{path.name}-wal").exists():
+    if status.st_size == 0:
         raise _emptied(path)
     # Autocommit mode: transactions are begun and ended explicitly below, so that
     # appends can take the write lock up front with BEGIN IMMEDIATE.
@@ -545,6 +545,20 @@ def _create(path: Path) -> None:
 
 
 def _emptied(path: Path) -> LedgerError:
+    """An empty file where a ledger is (``_create`` never leaves one): refused before
+    SQLite opens it, which would take it for a new database and delete a -wal beside
+    it, with the last events that -wal may hold."""
+    wal = path.with_name(f"{path.name}-wal")
+    try:
+        wal_bytes = wal.stat().st_size
+    except OSError:
+        wal_bytes = 0
+    if wal_bytes:
+        return LedgerError(
+            f"the ledger at {path} is an empty file, beside {wal} of {wal_bytes} bytes "
+            "that may hold its last events: copy both aside before anything opens the "
+            "ledger (SQLite deletes a -wal beside an empty database)"
+        )
     return LedgerError(
         f"the ledger at {path} is an empty file: it was emptied, and its events are "
         "gone, or it is not a ledger; it is not started anew in place, so that its loss "
@@ -592,7 +606,7 @@ def _check_file(path: Path) -> None:
         raise LedgerError(f"cannot read the ledger at {path}: {exc.strerror}") from exc
     if not stat.S_ISREG(status.st_mode):
         raise _not_regular(path)
-    if status.st_size == 0 and not path.with_name(f"{path.name}-wal").exists():
+    if status.st_size == 0:
         raise _emptied(path)
 
 
