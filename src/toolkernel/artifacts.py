@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import secrets
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -46,6 +47,9 @@ _PREFIX: Final = "sha256:"
 _CHUNK: Final = 1024 * 1024
 """Bytes read per step while hashing or copying: the memory bound of ingestion."""
 _STAGING: Final = ".incoming"
+_FRESH_S: Final = 60
+"""An artifact used this recently is never pruned (the bounded store may exceed its
+bound for that long)."""
 _MASK: Final = SECRET_MASK.encode()
 _MASK_BLOCK: Final = 64 * 1024
 """Bytes gathered before known secrets are masked: small writes cost one append each."""
@@ -213,8 +217,11 @@ class ArtifactStore:
 
     def _prune(self, keep: str) -> None:
         """Remove the least recently used artifacts (stored or read) until the store
-        holds at most ``max_bytes``; ``keep``, just stored, stays whatever its size."""
+        holds at most ``max_bytes``. ``keep``, just stored, stays whatever its size, and
+        so does any artifact used in the last ``_FRESH_S``: the other artifacts of the
+        result being finished (its message and its output), or of a call running now."""
         assert self.max_bytes is not None
+        fresh_since = time.time_ns() - _FRESH_S * 1_000_000_000
         held: list[tuple[int, Path, int]] = []
         total = 0
         for shard in self.root.glob("??"):
@@ -227,10 +234,10 @@ class ArtifactStore:
                     continue
                 total += status.st_size
                 held.append((status.st_mtime_ns, path, status.st_size))
-        for _, path, size in sorted(held):
+        for used_ns, path, size in sorted(held):
             if total <= self.max_bytes:
                 break
-            if path.name == keep:
+            if path.name == keep or used_ns > fresh_since:
                 continue
             # A reader that opened it reads on; the next to ask is told it was pruned.
             path.with_suffix(".json").unlink(missing_ok=True)

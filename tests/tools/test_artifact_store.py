@@ -10,7 +10,8 @@ import pytest
 
 from toolkernel.artifacts import ArtifactStore
 from toolkernel.codes import ErrorCode, Status
-from toolkernel.errors import UsageError
+from toolkernel.errors import ToolPartial, UsageError
+from toolkernel.functions import tool
 from toolkernel.testing import make_kernel
 from toolkernel.tools import install
 
@@ -203,13 +204,42 @@ async def test_the_configured_bound_applies_to_what_tools_store(workspace):
     with kernel:
         assert kernel.artifacts.max_bytes == 1024 * 1024
         run = kernel.start_run()
+        ids = []
         for query in ("needle", "pinned", "needle"):  # two do not fit in 1 MiB
             result = await kernel.call(run, "repo.search", {"query": query})
             assert result.status in (Status.SUCCEEDED, Status.PARTIAL), result.safe_message
-            assert result.artifacts
+            [artifact] = result.artifacts
+            ids.append(artifact.id)
+            _age_all(kernel.artifacts, 120)  # past the minute a fresh artifact is kept
         stored = sum(
             p.stat().st_size for p in kernel.artifacts.root.glob("??/*") if p.suffix != ".json"
         )
         assert 0 < stored <= 1024 * 1024
-        [last] = result.artifacts
-        assert kernel.artifacts.read(last.id, 0, 1)
+        assert kernel.artifacts.read(ids[-1], 0, 1)
+        gone = await kernel.call(run, "artifact.read", {"artifactId": ids[1]})
+        assert gone.error_code is ErrorCode.NOT_FOUND
+        assert "pruned" in gone.safe_message  # the model used a result's id: it is told why
+
+
+async def test_the_artifacts_of_one_result_are_not_pruned_by_each_other(workspace):
+    """A result's message and its output, stored one after the other: storing the
+    second must not prune the first, which the model is told to read."""
+
+    @tool("t.big", max_output_bytes=1000)
+    def big() -> dict:
+        """Fail with a long log and a long output."""
+        raise ToolPartial("log: " + "m" * 700_000, output={"data": "d" * 700_000})
+
+    kernel = make_kernel(workspace, CONFIG + "[artifacts]\nmax_mib = 1\n")
+    kernel.register(big)
+    with kernel:
+        result = await kernel.call(kernel.start_run(), "t.big", {})
+        assert len(result.artifacts) == 2
+        for artifact in result.artifacts:
+            assert kernel.artifacts.read(artifact.id, 0, 1)
+
+
+def _age_all(store: ArtifactStore, seconds: int) -> None:
+    for path in store.root.glob("??/*"):
+        used = path.stat().st_mtime - seconds
+        os.utime(path, (used, used))

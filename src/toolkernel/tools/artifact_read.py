@@ -124,8 +124,14 @@ def artifact_read(
         meta = store.metadata(artifactId)
         handle = store.open(artifactId)
     except UsageError:
+        pruned = (
+            ""
+            if store.max_bytes is None
+            else " It may have been pruned: the store keeps the most recently used "
+            f"{store.max_bytes // (1024 * 1024)} MiB of output; run the call again for it."
+        )
         raise ToolFailed(
-            f"There is no artifact '{artifactId}'. Use an id from a result's artifacts.",
+            f"There is no artifact '{artifactId}'. Use an id from a result's artifacts." + pruned,
             code=ErrorCode.NOT_FOUND,
         ) from None
     with handle:
