@@ -23,6 +23,7 @@ the refusal's RESULT), and the approval request on its own before a human is ask
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import importlib
 import importlib.util
@@ -684,14 +685,8 @@ class Kernel:
         Raises:
             UsageError: called where an event loop runs (``await kernel.call`` there).
         """
-        try:
-            library = sniffio.current_async_library()
-        except sniffio.AsyncLibraryNotFoundError:
-            return anyio.run(lambda: self.call(run, tool_name, arguments, **fields))
-        raise UsageError(
-            f"call_sync was called inside a running event loop ({library}), which it "
-            "would have to stop for the call: use 'await kernel.call(...)' there"
-        )
+        outside_event_loop("call_sync", "await kernel.call(...)")
+        return anyio.run(lambda: self.call(run, tool_name, arguments, **fields))
 
     def close(self) -> None:
         """Close the kernel: no call starts after this. Calls in flight are cancelled
@@ -2015,6 +2010,27 @@ def _approval_required_message(tool: str, reasons: Sequence[str], advice: str = 
             "(CLI: rerun with --approve; library: pass an approver)."
         )
     return safe_message(ErrorCode.APPROVAL_REQUIRED, tool=tool, how=advice)
+
+
+def outside_event_loop(method: str, instead: str) -> None:
+    """Refuse a synchronous entry point (``method``) where an event loop runs in this
+    thread, in a task or in a callback of it: it would have to start another.
+
+    Raises:
+        UsageError: saying to use ``instead``.
+    """
+    try:
+        library: str | None = sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:  # no task runs: a loop's callback, or none
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        library = "asyncio"
+    raise UsageError(
+        f"{method} was called inside a running event loop ({library}), which it would "
+        f"have to stop for the call: use '{instead}' there"
+    )
 
 
 def open_ledger(config: Config, *, read_only: bool = False) -> Ledger:

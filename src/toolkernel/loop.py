@@ -38,7 +38,7 @@ from toolkernel.arguments import DEFAULT_MAX_BYTES
 from toolkernel.calls import ToolCallResult
 from toolkernel.definition import ToolDefinition
 from toolkernel.errors import UsageError
-from toolkernel.kernel import Kernel, ProgressListener
+from toolkernel.kernel import Kernel, ProgressListener, outside_event_loop
 from toolkernel.providers import (
     NameMap,
     parse_anthropic,
@@ -252,5 +252,7 @@ class AgentLoop:
 
         Raises:
             ProviderFormatError: ``response`` is not this provider's shape at all.
+            UsageError: called where an event loop runs.
         """
+        outside_event_loop("handle_sync", "await loop.handle(...)")
         return anyio.run(self.handle, response)

@@ -2256,3 +2256,25 @@ async def test_call_sync_inside_a_running_event_loop_says_to_await_call(kernel_f
     # Nothing of the refused call was proposed: the run takes the call when awaited.
     result = await kernel.call(run, "memory.read", {})
     assert result.status is Status.SUCCEEDED
+
+
+def test_call_sync_from_an_event_loops_callback_says_to_await_call(kernel_factory):
+    # In a callback no task runs, so sniffio sees no async library: the loop does.
+    kernel = kernel_factory()
+    run = kernel.start_run()
+    raised: list[BaseException] = []
+
+    def callback() -> None:
+        try:
+            kernel.call_sync(run, "memory.read", {})
+        except BaseException as exc:  # inspected below
+            raised.append(exc)
+
+    async def main() -> None:
+        asyncio.get_running_loop().call_soon(callback)
+        await asyncio.sleep(0.05)
+
+    asyncio.run(main())
+    assert len(raised) == 1
+    assert isinstance(raised[0], UsageError), repr(raised[0])
+    assert "await kernel.call(" in str(raised[0])

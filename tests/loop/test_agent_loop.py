@@ -337,3 +337,15 @@ def test_results_answer_the_ids_the_model_sent_even_those_the_ledger_rewrites(ke
     ]
     assert stored[0].startswith("call_")
     assert stored[1:] == ["call\\x00A", "call\\ud800B"]
+
+
+def test_handle_sync_inside_a_running_event_loop_says_to_await_handle(kernel):
+    loop = AgentLoop(kernel, kernel.start_run(), "openai-chat")
+    loop.tools()
+    response = chat(("call_a", "probe__first", "{}"))
+
+    async def inside() -> None:
+        with pytest.raises(UsageError, match=r"await loop\.handle\("):
+            loop.handle_sync(response)
+
+    anyio.run(inside)
