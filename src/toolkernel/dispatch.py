@@ -162,14 +162,7 @@ class NativeAdapter:
             try:
                 self._workers.submit(loop, future, partial(context.run, handler, **kwargs))
             except _AllHeld as held:  # it would wait out its timeout, then seem to have run
-                _log.error("%s could not run: %s", tool.name, held)
-                raise ToolFailed(
-                    f"{tool.name} could not start: every worker thread for sync tools is "
-                    "held by an earlier call that timed out or was cancelled and did not "
-                    "return; try again later",
-                    code=ErrorCode.INTERNAL_ERROR,
-                    retryable=True,  # a hung tool that returns frees its thread
-                ) from None
+                raise _never_started(tool.name, held) from None
             except RuntimeError as exc:  # "can't start new thread": the tool never ran
                 _log.error("%s could not run: %s", tool.name, exc)
                 raise ToolFailed(
@@ -177,7 +170,10 @@ class NativeAdapter:
                     code=ErrorCode.INTERNAL_ERROR,
                     retryable=True,  # a shortage of threads may pass
                 ) from None
-            output = await future
+            try:
+                output = await future
+            except _AllHeld as held:  # queued, and the last live thread was abandoned
+                raise _never_started(tool.name, held) from None
         else:
             output = await anyio.to_thread.run_sync(
                 partial(handler, **kwargs), abandon_on_cancel=True, limiter=self._limiter
@@ -189,6 +185,16 @@ class NativeAdapter:
 
 class _AllHeld(RuntimeError):
     """Every worker thread runs an abandoned tool, and no more may start."""
+
+
+def _never_started(name: str, held: _AllHeld) -> ToolFailed:
+    _log.error("%s could not run: %s", name, held)
+    return ToolFailed(
+        f"{name} could not start: every worker thread for sync tools is held by an "
+        "earlier call that timed out or was cancelled and did not return; try again later",
+        code=ErrorCode.INTERNAL_ERROR,
+        retryable=True,  # a hung tool that returns frees its thread
+    )
 
 
 class _Job:
@@ -245,10 +251,7 @@ class _Workers:
             elif self._threads == self._abandoned:
                 # No thread will come back for a queued job: each runs a tool nobody
                 # waits for, and no more may start.
-                raise _AllHeld(
-                    f"all {self._threads} worker threads run tools that were abandoned "
-                    "(timed out or cancelled) and have not returned"
-                )
+                raise self._all_held()
             else:
                 self._backlog += 1
         self._jobs.put(job)
@@ -262,6 +265,12 @@ class _Workers:
             self._threads -= idle
         for _ in range(idle):
             self._jobs.put(None)
+
+    def _all_held(self) -> _AllHeld:
+        return _AllHeld(
+            f"all {self._threads} worker threads run tools that were abandoned "
+            "(timed out or cancelled) and have not returned"
+        )
 
     def _may_grow(self) -> bool:
         return (
@@ -302,6 +311,15 @@ class _Workers:
                     _log.warning("no worker thread could start; queued tool calls wait")
                     return
                 self._backlog -= 1
+            elif self._backlog and self._threads == self._abandoned and not self._closed:
+                # The last thread that could come back for the queued jobs is gone too:
+                # they fail now, as a job submitted now would (_AllHeld).
+                held = self._all_held()
+                while self._backlog:
+                    queued = self._jobs.get_nowait()
+                    self._backlog -= 1
+                    if queued is not None:
+                        _deliver(queued.loop, _set_exception, queued.future, held)
 
     def _work(self, job: _Job | None) -> None:
         while True:

@@ -1858,6 +1858,47 @@ async def test_a_sync_call_with_every_thread_held_by_hung_tools_fails_at_once(
     assert ran == ["w2"]
 
 
+async def test_a_queued_sync_call_fails_once_the_last_live_thread_is_abandoned(
+    kernel_factory, monkeypatch
+):
+    # Queued while one thread still ran a tool, the call would wait out its own timeout
+    # after that tool was abandoned too, and be reported TIMED_OUT without having run.
+    monkeypatch.setattr(dispatch_module, "_MAX_ABANDONED", 1)
+    release = threading.Event()
+    ran: list[str] = []
+    kernel, run = _hanging_and_writing(kernel_factory, 1, release, ran)
+
+    @tool("job.hang_long", timeout_ms=1000)
+    def hang_long() -> str:
+        """Hang until released, with a longer timeout."""
+        release.wait(10)
+        return "late"
+
+    kernel.register(hang_long)
+    try:
+        hung = await kernel.call(run, "job.hang", {})  # the first thread, abandoned
+        assert hung.status is Status.TIMED_OUT
+        results: dict[str, Any] = {}
+
+        async def call(name: str, arguments: dict[str, Any]) -> None:
+            results[name] = await kernel.call(kernel.start_run(profile="full"), name, arguments)
+
+        started = time.monotonic()
+        async with anyio.create_task_group() as group:
+            group.start_soon(call, "job.hang_long", {})  # the last thread that may start
+            await anyio.sleep(0.2)
+            group.start_soon(call, "job.write", {"tag": "queued"})  # 5 s timeout
+        assert time.monotonic() - started < 4
+        assert results["job.hang_long"].status is Status.TIMED_OUT
+        queued = results["job.write"]
+        assert (queued.status, queued.error_code) == (Status.FAILED, ErrorCode.INTERNAL_ERROR)
+        assert queued.retryable
+        assert "worker thread" in queued.safe_message
+        assert ran == []
+    finally:
+        release.set()
+
+
 async def test_a_sync_call_that_timed_out_while_queued_never_runs(kernel_factory):
     release = threading.Event()
     ran: list[str] = []
