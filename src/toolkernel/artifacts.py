@@ -244,12 +244,16 @@ class ArtifactStore:
             path.unlink(missing_ok=True)
             total -= size
 
-    def _pruned(self) -> str:
+    def pruned_note(self) -> str:
+        """Why an id a result gave may be unknown now; empty for a store that keeps
+        everything."""
         if self.max_bytes is None:
             return ""
-        return (
-            f" (or pruned: the store keeps the most recently used {self.max_bytes} bytes of output)"
-        )
+        return f"the store keeps the most recently used {self.max_bytes} bytes of output"
+
+    def _pruned(self) -> str:
+        note = self.pruned_note()
+        return f" (or pruned: {note})" if note else ""
 
     def _path(self, digest: str) -> Path:
         return self.root / digest[:2] / digest

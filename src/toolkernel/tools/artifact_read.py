@@ -124,12 +124,8 @@ def artifact_read(
         meta = store.metadata(artifactId)
         handle = store.open(artifactId)
     except UsageError:
-        pruned = (
-            ""
-            if store.max_bytes is None
-            else " It may have been pruned: the store keeps the most recently used "
-            f"{store.max_bytes // (1024 * 1024)} MiB of output; run the call again for it."
-        )
+        note = store.pruned_note()
+        pruned = f" It may have been pruned: {note}; run the call again for it." if note else ""
         raise ToolFailed(
             f"There is no artifact '{artifactId}'. Use an id from a result's artifacts." + pruned,
             code=ErrorCode.NOT_FOUND,
