@@ -1819,6 +1819,7 @@ def _storable(call: ToolCall) -> ToolCall:
 
     Raises:
         TypeError: a text field (an idempotency key, say) is not a string.
+        UsageError: the idempotency key is empty.
     """
     changes = {}
     for name in _TEXT_FIELDS:
@@ -1828,6 +1829,10 @@ def _storable(call: ToolCall) -> ToolCall:
         if not isinstance(text, str):
             # The caller's mistake, not the model's: nothing is recorded or run.
             raise TypeError(f"ToolCall.{name} must be a string, not {type(text).__name__}")
+        if not text and name == "idempotency_key":
+            # "" would be recorded as the call's key and never looked up (it is falsy):
+            # the ledger would claim a key the runtime did not honour.
+            raise UsageError("an idempotency key must not be empty; leave it out for no key")
         if (
             text.isascii()
             and "\0" not in text

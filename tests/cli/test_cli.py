@@ -264,3 +264,11 @@ def test_an_arguments_file_that_cannot_be_read_is_a_usage_error(capsys, workspac
     assert captured.out == ""
     assert "--args" in captured.err
     assert "missing.json" in captured.err
+
+
+def test_an_empty_idempotency_key_is_a_usage_error(capsys, workspace):
+    code = main(["call", "memory.read", "--idempotency-key", "", "--workspace", str(workspace)])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.out == ""
+    assert "idempotency key must not be empty" in captured.err

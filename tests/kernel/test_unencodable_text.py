@@ -69,6 +69,19 @@ def test_a_non_string_idempotency_key_is_refused_before_anything_runs(kernel_fac
     assert kernel.ledger.verify().unfinished == []
 
 
+def test_an_empty_idempotency_key_is_refused_rather_than_ignored(kernel_factory, calls):
+    """An empty key was recorded on the REQUEST yet never looked up: the tool ran again
+    on every repeat, while the ledger said the call carried a key."""
+    from toolkernel.errors import UsageError
+
+    kernel = kernel_factory()
+    run = kernel.start_run()
+    with pytest.raises(UsageError, match="idempotency key"):
+        kernel.call_sync(run, "repo.lookup", {"query": "x"}, idempotency_key="")
+    assert calls.count == {}
+    assert kernel.ledger.events(run.id) == []
+
+
 @pytest.mark.parametrize("arguments", [{1: "a"}, {"query": {1: "a"}}], ids=["top-level", "nested"])
 def test_a_mapping_with_a_key_that_is_not_a_string_is_a_schema_violation(kernel_factory, arguments):
     kernel = kernel_factory()
