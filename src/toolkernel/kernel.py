@@ -525,8 +525,13 @@ class Kernel:
                 "verification": self.config.verification,
             }
             context = RunContext(**{**defaults, **fields})
-        self.config.policy.check_profile(context.profile)
-        run = Run(context, max_parallel_reads=self.config.max_parallel_reads)
+        check_profile = self.config.policy.check_profile
+        check_profile(context.profile)
+        run = Run(
+            context,
+            max_parallel_reads=self.config.max_parallel_reads,
+            check_profile=check_profile,
+        )
         if run_id is not None:  # maybe a run continued from an earlier process
             self._restore_spending(run)
         return run

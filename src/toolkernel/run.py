@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Final
@@ -63,8 +63,15 @@ class ToolCall:
 class Run:
     """Mutable per-run state; create it with ``Kernel.start_run``."""
 
-    def __init__(self, context: RunContext, *, max_parallel_reads: int) -> None:
+    def __init__(
+        self,
+        context: RunContext,
+        *,
+        max_parallel_reads: int,
+        check_profile: Callable[[str], None] | None = None,
+    ) -> None:
         self._context = context
+        self._check_profile = check_profile
         self.token = CancellationToken()
         self.meter = UsageMeter()
         self.notes: dict[str, str] = {}
@@ -89,9 +96,17 @@ class Run:
         return self._context
 
     def update(self, **changes: Any) -> RunContext:
-        """Move the run along (``run_state=RunState.EDITING``, ``verification=…``)."""
-        self._context = self._context.evolve(**changes)
-        return self._context
+        """Move the run along (``run_state=RunState.EDITING``, ``verification=…``).
+
+        Raises:
+            UsageError: a state, or the profile, is not one the kernel knows; the run
+                keeps its context.
+        """
+        context = self._context.evolve(**changes)
+        if self._check_profile is not None and "profile" in changes:
+            self._check_profile(context.profile)
+        self._context = context
+        return context
 
     def remember(self, key: str, value: str) -> None:
         """Keep a note that ``memory.read`` returns to the model."""

@@ -323,6 +323,18 @@ def test_a_run_moved_to_a_misspelt_state_keeps_its_context(kernel_factory):
     assert "file.write" in names(kernel.list_available(run.context))
 
 
+def test_a_run_moved_to_an_unknown_profile_is_refused_and_keeps_its_profile(kernel_factory):
+    kernel = kernel_factory(LIFECYCLE)
+    run = kernel.start_run(run_state="EDITING", profile="workspace-write")
+    with pytest.raises(UsageError, match="profile 'nope'") as raised:
+        run.update(profile="nope")
+    assert "developer, full, read-only, workspace-write" in str(raised.value)
+    assert run.context.profile == "workspace-write"
+    assert "file.write" in names(kernel.list_available(run.context))
+    run.update(profile="full")  # a defined one is taken
+    assert run.context.profile == "full"
+
+
 @pytest.mark.parametrize("state", list(RunState))
 @pytest.mark.parametrize("profile", ["read-only", "workspace-write", "full"])
 @pytest.mark.parametrize("verification", [VerificationStatus.UNKNOWN, VerificationStatus.PASSED])
