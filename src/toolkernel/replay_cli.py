@@ -227,7 +227,7 @@ def _document(path: Path, number: int, raw: bytes, family: ReplayFamily | None) 
             "an OpenAI Responses response, or an Anthropic message)"
         )
     if family is not None and detected not in _FAMILIES[family]:
-        raise ReplayInputError(f"{where}: a {detected} response, but --provider is {family}")
+        raise ReplayInputError(f"{where}: the response is {detected}, but --provider is {family}")
     return _Line(number, detected, document)
 
 

@@ -95,6 +95,8 @@ def test_a_response_of_another_provider_is_refused_naming_its_line(
     assert err.startswith("ReplayInputError: ")
     assert f"line {bad_line}: " in err
     assert f"--provider is {provider}" in err
+    detected = "openai-chat" if provider == "anthropic" else "anthropic"
+    assert f"line {bad_line}: the response is {detected}, but" in err
 
 
 @pytest.mark.parametrize(
