@@ -349,6 +349,11 @@ def test_a_loop_whose_remainder_climbs_out_is_an_escape(guard: PathGuard, worksp
         ".netrc",
         ".npmrc",
         ".pypirc",
+        ".pgpass",
+        "home/.kube/config",
+        ".docker/config.json",
+        ".azure/accessTokens.json",
+        ".config/gcloud/credentials.db",
         ".toolkernel/ledger.db",
         ".git.",  # Windows drops trailing dots
         ".env ",  # and trailing spaces

@@ -61,6 +61,11 @@ DEFAULT_FORBIDDEN: Final[tuple[str, ...]] = (
     ".netrc",
     ".npmrc",
     ".pypirc",
+    ".pgpass",
+    ".kube/",
+    ".docker/",
+    ".azure/",
+    "**/.config/gcloud/",
     ".toolkernel/",  # the runtime's own state: ledger, artifacts, approvals
 )
 
