@@ -144,6 +144,8 @@ _TRIGGERS: Final = (
     (b" -u", 1),
     (b"://", 0),
     (b"hooks.slack", 0),
+    (b"mysql", 0),
+    (b"mariadb", 0),
 )
 # Inflected words that start like a keyword but never name a credential; pytest's
 # "PASSED" lines alone would otherwise make most of the candidates in test output.

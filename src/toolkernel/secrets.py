@@ -290,6 +290,14 @@ SECRET_RULES: Final[tuple[Rule, ...]] = (
         "password-assignment",
         rf"(?<=-){_STRONG}{_IDENT_TAIL}[ \t]+(?!-){_VALUE}",
     ),
+    # MySQL's and MariaDB's clients take the password glued to -p anywhere on their
+    # command line (``mysql -h db -pS3cret``; a lone -p prompts); sshpass takes it after -p.
+    Rule(
+        "password-assignment",
+        r"(?:mysql|mariadb)[\w-]*[^\n|;&]{0,200}?(?<!\S)-p"
+        r"(?:'(?P<v1>[^'\n]{1,200})'|\"(?P<v2>[^\"\n]{1,200})\"|(?P<v3>[^\s\"']{1,200}))",
+    ),
+    Rule("password-assignment", r"(?<=ssh)pass[ \t]+-p[ \t]*(?P<v1>[^\s\"']{1,200})"),
     Rule(
         "secret-assignment",
         rf"(?<=-){_WEAK}{_IDENT_TAIL}[ \t]+(?!-){_VALUE}",

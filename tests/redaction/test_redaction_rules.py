@@ -67,6 +67,12 @@ def redacted(redactor: Redactor, text: str) -> tuple[str, Counter[str]]:
         ("postgres://app:Pa55w0rd!@db.internal:5432/app", "Pa55w0rd!", "url-credentials"),
         ("curl -H 'Authorization: Bearer abc.def-123_456'", "abc.def-123_456", "auth-header"),
         ("mysql -u root -p Sup3rS3cret db", "Sup3rS3cret", "password-assignment"),
+        # mysql's own form: the password glued to -p, anywhere on its command line.
+        ("mysql -pSup3rS3cret -u root db", "Sup3rS3cret", "password-assignment"),
+        ("mysql -h db.internal -pSup3rS3cret app", "Sup3rS3cret", "password-assignment"),
+        ("mysqldump -uroot -pSup3rS3cret app > x.sql", "Sup3rS3cret", "password-assignment"),
+        ("mariadb -h db -p'Sup3r S3cret' app", "Sup3r S3cret", "password-assignment"),
+        ("sshpass -p Sup3rS3cret ssh deploy@host", "Sup3rS3cret", "password-assignment"),
         (
             "token=9fA3kL0pQ7zX2vB8nM4cR6tY1uW5sE0dG",
             "9fA3kL0pQ7zX2vB8nM4cR6tY1uW5sE0dG",
@@ -103,6 +109,9 @@ def test_secret_is_masked_and_counted_by_kind(redactor, text, secret, kind):
         # "Property 'password' is [REDACTED] accepted").
         "Property 'password' is not accepted by repo.search.",
         "the secret is required; the password is missing",
+        "mysql -p app",  # -p alone: mysql asks for the password
+        "grep -pattern foo src/",
+        "mkdir -p build/output",
     ],
 )
 def test_ordinary_output_is_left_alone(redactor, text):
