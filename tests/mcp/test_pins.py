@@ -371,6 +371,31 @@ async def test_a_strict_server_exposes_nothing_new_before_approval(workspace):
     assert any(e.payload["reasons"][0]["rule"] == "PIN_APPROVAL" for e in rejected)
 
 
+async def test_a_tool_a_pinned_server_adds_later_awaits_approval(workspace):
+    # Trust on first use is the server's first listing: a tool it offers only later (an
+    # update, a list_changed) has not been seen by anyone who trusted the server.
+    with anyio.fail_after(30):
+        async with McpBridge(open_kernel(workspace), [fixture_server("fx")]) as bridge:
+            [first] = await bridge.connect_all()
+        assert "fx.echo" in first.accepted
+        later = open_kernel(workspace)
+        run = later.start_run()
+        grown = fixture_server("fx", "--named", "lookup")
+        async with McpBridge(later, [grown]) as bridge:
+            [report] = await bridge.connect_all(run)
+            assert report.held == ("lookup",)
+            assert "fx.echo" in report.accepted
+            held = await later.call(run, "fx.lookup", {})
+            assert "lookup" in diff_pins(bridge.pins, "fx", "lookup")
+            await bridge.approve_pin("fx", "lookup")
+            assert later.registry.find("fx.lookup") is not None
+    assert (held.status, held.error_code) == (Status.DENIED, ErrorCode.POLICY_DENIED)
+    assert "approve" in held.safe_message
+    [rejected] = events_of(later, EventType.REMOTE_TOOL_REJECTED, run.id)
+    assert rejected.payload["reasons"][0]["rule"] == "PIN_APPROVAL"
+    assert "mcp approve" in rejected.payload["reasons"][0]["message"]
+
+
 async def test_a_definition_that_turns_poisonous_is_rejected_not_held(workspace, tmp_path):
     desc = tmp_path / "desc.txt"
     desc.write_text("Returns ok.")

@@ -178,6 +178,7 @@ _STDERR_CHUNK: Final = 65_536
 _HELD: Final = (
     "Its server changed its definition; it is withdrawn until an operator approves the change."
 )
+_HELD_NEW: Final = "It is new on its server and withheld until an operator approves it."
 _LEFT_OUT_SHOWN: Final = 10  # tools named in the line that lists those off the allowlist
 _REJECTED: Final = "Its server's new definition was refused as unsafe; it is withdrawn."
 _RETRY_ADVICE: Final = "It may work if called again."
@@ -1217,6 +1218,9 @@ class McpBridge:
         pinned: dict[str, list[str]] = {}  # the server's pinned remote names, by local name
         for remote in self.pins.pinned(config.name):
             pinned.setdefault(namespaced(config.name, remote), []).append(remote)
+        # Trust on first use is the server's first listing: a tool it adds later (an
+        # update, a list_changed) was never seen by whoever trusted it, so it waits.
+        trusted_before = bool(pinned)
         was_held = {key for key in self._held if key[0] == config.name}
         for key in was_held:
             del self._held[key]  # held again below if still held; a stale one never returns
@@ -1238,7 +1242,7 @@ class McpBridge:
             # A tool that takes the name the model knows another tool of the server by
             # ("git status" for git_status) is that tool changed: never pinned on sight.
             renamed = self._renamed(admission, pinned)
-            strict = config.pin == "strict" or renamed is not None
+            strict = config.pin == "strict" or renamed is not None or trusted_before
             try:
                 check = self.pins.check(config.name, tool, strict=strict)
             except ConfigError as exc:
@@ -1257,10 +1261,11 @@ class McpBridge:
                 if (config.name, admission.remote_name) in was_held:
                     events.extend(self._exposed_again(admission))
                 continue
-            self._withdraw(admission.name, _HELD)
+            changed = check.verdict is PinVerdict.CHANGED
+            self._withdraw(admission.name, _HELD if changed or renamed else _HELD_NEW)
             self._held[(config.name, admission.remote_name)] = admission
             held.append(admission.remote_name)
-            if check.verdict is PinVerdict.CHANGED:
+            if changed:
                 reported = self._changed_event(admission, check.old_hash, check.hash)
                 if reported:
                     _log.warning(
@@ -1270,11 +1275,21 @@ class McpBridge:
                     )
                 events.extend(reported)
             else:
-                why = (
-                    "a new tool of a strict server awaits approval"
-                    if renamed is None
-                    else f"it takes the name {admission.name} that the server's tool "
-                    f"{renamed!r} had, and awaits approval"
+                review = command("diff", config.name, admission.remote_name)
+                if renamed is not None:
+                    why = (
+                        f"it takes the name {admission.name} that the server's tool "
+                        f"{renamed!r} had, and awaits approval"
+                    )
+                elif config.pin == "strict":
+                    why = "a new tool of a strict server awaits approval"
+                else:
+                    why = "a tool the server did not offer when it was first pinned awaits approval"
+                why += f": review it with {review}, then toolkernel mcp approve"
+                _log.warning(
+                    "%s is new and withheld until approved: %s",
+                    _shown(admission.name),
+                    _shown(review),
                 )
                 reason = RejectReason("PIN_APPROVAL", why)
                 events.extend(self._rejected_event(admission, (reason,)))
@@ -1338,7 +1353,7 @@ class McpBridge:
     def _withdraw(self, name: str, reason: str = "") -> None:
         if self._routes.pop(name, None) is not None:
             self.kernel.unregister(name, reason=reason)
-        elif reason == _HELD:  # never exposed in this process: a call still learns why
+        elif reason in (_HELD, _HELD_NEW):  # never exposed here: a call still learns why
             self.kernel.withhold(name, reason)
 
     def _rejected_event(

@@ -4,8 +4,9 @@ A pin covers the whole definition as the server states it (``name``, ``title``,
 ``description``, ``inputSchema``, ``outputSchema``, ``annotations``), not the
 description alone, and keeps that definition so a change can be shown as a diff.
 
-Trust on first use: a tool seen for the first time is pinned and exposed, unless its
-server is configured with ``pin = "strict"``, where it waits for ``approve``. A tool
+Trust on first use: a tool seen for the first time is pinned and exposed when
+``check`` is not ``strict``. The bridge makes it strict for a server configured with
+``pin = "strict"`` and for a tool a server adds after its first listing. A tool
 whose definition no longer matches its pin is held back: the new definition is kept
 as *pending* until someone approves it, and the old pin stays in force until then.
 

@@ -99,7 +99,15 @@ _SERVER_SCHEMA: Final[dict[str, Any]] = {
         "start_timeout_ms": {"type": "integer", "minimum": 1, "maximum": 3_600_000},
         "tools": {"type": "array", "items": {"type": "string", "minLength": 1}},
         "trust": {"enum": ["trusted", "untrusted"]},
-        "pin": {"enum": ["tofu", "strict"]},
+        "pin": {
+            "enum": ["tofu", "strict"],
+            "description": (
+                "'tofu' (default): the tools of the server's first listing are pinned and "
+                "exposed; a tool added later, or a changed definition, waits for "
+                "`toolkernel mcp approve`. 'strict': every tool waits for approval, the "
+                "first ones too."
+            ),
+        },
         "sandbox": {
             "enum": ["none", "read-only", "workspace"],
             "description": "Run a stdio server in bubblewrap: the workspace read-only, or "
