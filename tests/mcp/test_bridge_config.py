@@ -81,6 +81,25 @@ def test_errors_name_the_key(table, key):
         parse_servers(table)
 
 
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("sandbox", "read-only"),
+        ("env", {"API_TOKEN": "x"}),
+        ("env_allow", ["HOME"]),
+        ("cwd", "sub"),
+        ("network", True),
+        ("ro_binds", ["/opt/x"]),
+    ],
+)
+def test_options_of_a_stdio_server_are_refused_for_an_http_one(option, value):
+    # Accepted, they would do nothing: an env "for the server" that never reaches it.
+    table = {"servers": [{"name": "web", "url": "http://127.0.0.1:9/mcp", option: value}]}
+    with pytest.raises(ConfigError, match=re.escape(f"key 'mcp.servers[0].{option}'")) as raised:
+        parse_servers(table)
+    assert "stdio" in str(raised.value)
+
+
 @pytest.mark.anyio
 async def test_inspect_lists_findings_decisions_and_pins():
     command = [sys.executable, str(FIXTURE_SERVER), "--poison"]

@@ -208,6 +208,9 @@ class ServerConfig:
         return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
 
 
+_STDIO_ONLY: Final = ("env", "env_allow", "cwd", "network", "ro_binds")
+
+
 def parse_servers(
     data: Mapping[str, Any] | None, *, base: Path | None = None
 ) -> list[ServerConfig]:
@@ -261,6 +264,14 @@ def server_from_mapping(
     sandbox = raw.get("sandbox", "none")
     if "url" in raw and sandbox != "none":
         raise ConfigError(f"key '{key}.sandbox': only a stdio server (command) can be sandboxed")
+    if "url" in raw:
+        # Accepted, they would do nothing: an ``env`` that never reaches the server.
+        for option in _STDIO_ONLY:
+            if option in raw:
+                raise ConfigError(
+                    f"key '{key}.{option}': only a stdio server (command) takes '{option}'; "
+                    "an http server (url) runs elsewhere"
+                )
     return ServerConfig(
         name=raw["name"],
         command=tuple(raw.get("command", ())),
