@@ -955,6 +955,11 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         stream=sys.stderr, level=logging.INFO, format="toolkernel serve: %(message)s"
     )
+    # The HTTP client logs each request to a bridged http server at INFO, with the URL
+    # and any token in its query: noise at best, a leaked credential at worst. (The mcp
+    # SDK's client is httpx2; httpx where another library brings it.)
+    for client in ("httpx", "httpx2"):
+        logging.getLogger(client).setLevel(logging.WARNING)
     try:
         return serve(
             args.config,

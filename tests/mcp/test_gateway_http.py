@@ -464,3 +464,37 @@ def test_a_page_of_an_allowed_origin_gets_the_cors_answers_a_browser_needs() -> 
     assert posted.headers["access-control-allow-origin"] == "https://app.example"
     assert "mcp-session-id" in posted.headers["access-control-expose-headers"]
     assert "access-control-allow-origin" not in plain.headers  # no page, no CORS
+
+
+def test_a_bridged_http_server_leaves_no_request_lines_or_traceback_in_the_log(
+    tmp_path: Path,
+) -> None:
+    """httpx logged every request ("HTTP Request: POST http://…?token=…") at INFO, a
+    token in the URL with it, and a downstream that went away left a full exception
+    group on stderr: the operator reads one line saying the server is gone."""
+    downstream = HttpGateway(make_workspace(tmp_path / "down"))
+    try:
+        url = f"{downstream.url}?token=s3cr3t-in-the-url"
+        config = OPEN_POLICY + f'\n[[mcp.servers]]\nname = "down"\nurl = "{url}"\n'
+        with HttpGateway(make_workspace(tmp_path / "up", config)) as upstream:
+
+            async def call() -> tuple[types.CallToolResult, types.CallToolResult]:
+                with anyio.fail_after(WAIT_S):
+                    async with Client(upstream.url) as client:
+                        served = await client.call_tool("down.memory_read", {})
+                        downstream.stop()
+                        gone = await client.call_tool("down.memory_read", {})
+                return served, gone
+
+            served, gone = anyio.run(call)
+            assert served.is_error is False, projection(served)
+            assert gone.is_error is True
+            assert projection(gone)["errorCode"] == ErrorCode.REMOTE_ERROR
+            upstream.stop()
+    finally:
+        downstream.stop()
+    log = "".join(upstream.stderr)
+    assert "HTTP Request" not in log
+    assert "s3cr3t-in-the-url" not in log
+    assert "Traceback" not in log
+    assert "ExceptionGroup" not in log

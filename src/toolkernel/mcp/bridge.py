@@ -633,17 +633,28 @@ class ServerConnection:
                     # Stopped or cancelled: forgotten before the SDK closes it, so that a
                     # request failing meanwhile is not taken for the server's fault.
                     self.discard(client)
-        except Exception:
+        except Exception as exc:
             if client is None:
                 raise
             # The process died or the connection broke: calls see it as REMOTE_ERROR.
-            _log.info("%s: connection ended", self.label, exc_info=True)
+            # One line for the operator; the SDK's task groups nest the cause deep.
+            _log.info("%s: connection ended: %s", self.label, self._cause(exc))
+            _log.debug("%s: connection ended", self.label, exc_info=True)
         finally:
             if tree is not None:
                 self._trees.discard(tree)
         if client is not None and start.fault is not None:
             _log.warning("%s was disconnected: %s", self.label, start.fault)
             self.discard(client)
+
+    def _cause(self, exc: BaseException) -> str:
+        """The innermost first exception, in a line: its URL's query (a token) left out."""
+        while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            exc = exc.exceptions[0]
+        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if self.config.url:
+            text = text.replace(self.config.url, self.config.describe())
+        return _shown(text)
 
     def _new_client(self, argv: list[str], start: _Start, tree: ServerTree | None) -> Client:
         config = self.config
