@@ -402,8 +402,9 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
             # "deletes the file without asking for confirmation" (what the tool does).
             r"\b(?:user|human|operator|owner|you)s?\b"
             + _gap(20)
-            + r"\b(?:has|have|had)\s+(?:already\s+)?(?:pre-?approved|pre-?authori[sz]ed|"
-            r"(?:approved|authori[sz]ed|consented\s+to)\s+(?:all|every|each|any)\b)"
+            # "already": not "call it after you have approved all the changes".
+            + r"\b(?:has|have|had)\s+(?:(?:already\s+)?(?:pre-?approved|pre-?authori[sz]ed)|"
+            r"already\s+(?:approved|authori[sz]ed|consented\s+to)\s+(?:all|every|each|any)\b)"
             r"|\bpre-?(?:approved|authori[sz]ed)\s+(?:all|every|each|any)\s+(?:\w+\s+)?"
             r"(?:calls?|actions?|requests?|operations?|uses?|invocations?|commands?)\b"
             r"|\b(?:do\s+not|don'?t|never|no\s+need\s+to)\s+(?:ask|prompt|check\s+with|consult|"
@@ -675,8 +676,10 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
             r"|\b(?:respond|reply|answer|speak|write|talk|communicate)\b"
             + _gap(40)
             + r"\bfrom\s+now\s+on\b"
+            # Not a tool on itself: "do not call this tool again until the job is done".
             r"|\b(?:never|do\s+not|don'?t)\s+(?:use|call|invoke|touch)\s+(?:the\s+|any\s+)?"
-            r"(?:\w+\s+){0,2}(?:tools?|functions?)\s+again\b"
+            r"(?!(?:this|that|it|same)\b)(?:\w+\s+){0,2}(?:tools?|functions?)\s+again\b"
+            r"(?!\s+(?:until|unless|if|before|for|within|while)\b)"
         ),
         "sets a standing rule for other tools or the session",
     ),
@@ -758,9 +761,9 @@ _PATTERNS: Final[tuple[_Pattern, ...]] = (
             + r"\b(?:your|the|this|our)\s+(?:(?:own|entire|full|whole|complete|current|exact|"
             r"original|initial|hidden|internal|prior|previous)\s+){0,2}"
             r"(?:system\s+(?:prompt|message)|(?:conversation|chat|message|dialogue?)\s+history|"
-            r"conversation|(?:previous|prior|earlier)\s+(?:messages|turns)|dialogue?|chat\s+log)\b"
-            + _gap(30)
-            + r"\b(?:in|into|to|inside|within|as|onto)\s+(?:"
+            r"(?:conversation|dialogue?)(?![\s_-]*(?:ids?|identifier|name|title|key|number|url|"
+            r"link|topic|type|handle|ref)\b)|(?:previous|prior|earlier)\s+(?:messages|turns)|"
+            r"chat\s+log)\b" + _gap(30) + r"\b(?:in|into|to|inside|within|as|onto)\s+(?:"
             r"(?:each|every|all)\s+(?:\w+\s+)?(?:comments?|messages?|posts?|repl(?:y|ies)|issues?|"
             r"notes?|requests?|calls?|e-?mails?|tickets?|commits?)\b|"
             + _argument_not_named(
