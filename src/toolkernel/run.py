@@ -68,7 +68,7 @@ class Run:
         context: RunContext,
         *,
         max_parallel_reads: int,
-        check_profile: Callable[[str], None] | None = None,
+        check_profile: Callable[[str], None],
     ) -> None:
         self._context = context
         self._check_profile = check_profile
@@ -103,7 +103,7 @@ class Run:
                 keeps its context.
         """
         context = self._context.evolve(**changes)
-        if self._check_profile is not None and "profile" in changes:
+        if "profile" in changes:
             self._check_profile(context.profile)
         self._context = context
         return context

@@ -649,8 +649,7 @@ class ServerConnection:
 
     def _cause(self, exc: BaseException) -> str:
         """The innermost first exception, in a line: its URL's query (a token) left out."""
-        while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-            exc = exc.exceptions[0]
+        exc = _innermost(exc)
         text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         if self.config.url:
             text = text.replace(self.config.url, self.config.describe())
@@ -1570,14 +1569,20 @@ def _wire(tool: types.Tool) -> dict[str, Any]:
     return tool.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
+def _innermost(exc: BaseException) -> BaseException:
+    """The first exception at the bottom of the SDK's nested task-group errors."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def _start_failure(config: ServerConfig, exc: BaseException) -> str:
     """Why ``config``'s server did not start, in a line for its operator.
 
     It may name host paths (the command, the cwd): it goes to the terminal and to
     ``ServerReport.error``; the model is only told that the server could not start.
     """
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
+    exc = _innermost(exc)
     if isinstance(exc, TimeoutError):  # before OSError, its base class
         return f"it did not answer initialize within {config.start_timeout_s:g} s"
     if isinstance(exc, MCPError):

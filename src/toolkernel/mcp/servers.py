@@ -262,10 +262,12 @@ def server_from_mapping(
     if ("command" in raw) == ("url" in raw):
         raise ConfigError(f"key '{key}': give exactly one of 'command' (stdio) or 'url' (http)")
     sandbox = raw.get("sandbox", "none")
-    if "url" in raw and sandbox != "none":
-        raise ConfigError(f"key '{key}.sandbox': only a stdio server (command) can be sandboxed")
     if "url" in raw:
         # Accepted, they would do nothing: an ``env`` that never reaches the server.
+        if sandbox != "none":
+            raise ConfigError(
+                f"key '{key}.sandbox': only a stdio server (command) can be sandboxed"
+            )
         for option in _STDIO_ONLY:
             if option in raw:
                 raise ConfigError(
